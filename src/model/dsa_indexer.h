@@ -1,0 +1,20 @@
+// DSA lightning indexer of one layer (REFERENCE.md): scores every visible cached key for each
+// new token and keeps the top index_topk, which restrict that layer's (and the following
+// "shared" layers') attention.
+#pragma once
+
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/model_weights.h"
+#include "model/step_context.h"
+
+namespace mls {
+
+// h: the layer's normed input [N, H]; q_resid: q_a_layernorm output [N, rq]. Writes the new
+// tokens' indexer keys into the cache and returns, per sequence, chosen i32 [num_new, topk].
+std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& k,
+                                const LayerWeights& w, const StepContext& step,
+                                Tensor& index_cache, const Tensor& h, const Tensor& q_resid);
+
+}  // namespace mls

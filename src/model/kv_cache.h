@@ -1,0 +1,26 @@
+// The paged KV cache of one rank: per layer, the post-RoPE MLA latent [c, k_rot]
+// (kv_lora_rank + qk_rope_head_dim values per token) and, for layers that own a DSA indexer,
+// the indexer key (index_head_dim values per token). Token slot = block · block_size + offset.
+// Shared-indexer layers store no indexer keys. The latent is replicated on every TP rank.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/model_config.h"
+
+namespace mls {
+
+struct KvCache {
+  int64_t block_size = 0;
+  int64_t num_blocks = 0;
+  std::vector<Tensor> latent;     // per layer [num_blocks · block_size, rkv + dr]
+  std::vector<Tensor> index_key;  // per layer [num_blocks · block_size, Di], or undefined
+
+  static KvCache allocate(const io::ModelConfig& c, int64_t num_blocks, int64_t block_size,
+                          Allocator& alloc);
+  // Bytes one token occupies across all layers (what the planner divides the budget by).
+  static int64_t bytes_per_token(const io::ModelConfig& c);
+};
+
+}  // namespace mls

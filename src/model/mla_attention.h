@@ -1,0 +1,41 @@
+// Multi-head Latent Attention of one layer over the paged cache (REFERENCE.md "MLA attention").
+// Sequences with one new token (decode) use the absorbed form — scores against the latent
+// with kv_b_proj folded into the query and the output; others expand the cached latent
+// through kv_b_proj. Both are the same math.
+#pragma once
+
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/model_weights.h"
+#include "model/step_context.h"
+
+namespace mls {
+
+// Per-sequence sparse index lists chosen by the DSA indexer (empty: dense attention).
+using ChosenIndices = std::vector<Tensor>;
+
+class MlaAttention {
+ public:
+  MlaAttention(const io::ModelConfig& c, const ModelConstants& k) : c_(c), k_(k) {}
+
+  // Step 1: projections, RoPE, cache write. Returns q (per local head [N, nh, dq]) and q_resid.
+  void project(const LayerWeights& w, const StepContext& step, Tensor& latent_cache,
+               const Tensor& h, Tensor& q, Tensor& q_resid) const;
+  // Step 2: attention over the cache (restricted to `chosen` when non-empty), then o_proj.
+  Tensor attend(const LayerWeights& w, const StepContext& step, const Tensor& latent_cache,
+                const Tensor& q, const ChosenIndices& chosen) const;
+
+ private:
+  void attend_expanded(const LayerWeights& w, const StepContext& step, size_t s,
+                       const Tensor& latent, const Tensor& q, const Tensor* allowed,
+                       Tensor& o) const;
+  void attend_absorbed(const LayerWeights& w, const StepContext& step, size_t s,
+                       const Tensor& latent, const Tensor& q, const Tensor* allowed,
+                       Tensor& o) const;
+
+  const io::ModelConfig& c_;
+  const ModelConstants& k_;
+};
+
+}  // namespace mls

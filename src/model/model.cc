@@ -1,0 +1,106 @@
+#include "model/model.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "model/decoder_layer.h"
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+
+namespace mls {
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadOptions& opts) {
+  Allocator& alloc = opts.alloc ? *opts.alloc : default_allocator();
+  io::ModelConfig config = io::ModelConfig::load(dir);
+  std::optional<io::Checkpoint> ckpt;
+  if (opts.format == LoadFormat::kAuto) {
+    ckpt = io::Checkpoint::open(dir);
+    if (config.quant.fp8) ckpt->set_fp8_block_size(config.quant.block_n, config.quant.block_k);
+  }
+  ModelWeights w =
+      load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc);
+  return std::make_unique<Model>(std::move(config), std::move(w), opts.parallel, alloc);
+}
+
+Model::Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par,
+             Allocator& alloc)
+    : config_(std::move(config)), w_(std::move(weights)), par_(par), alloc_(&alloc),
+      k_(ModelConstants::make(config_, par_)) {
+  if (par_.tp_size > 1 && !par_.comm)
+    raise<InternalError>("tensor parallelism of {} without a communicator", par_.tp_size);
+  // Absorbed decode needs W_UKᵀ per local head: [rkv, dn] from kv_b_proj's k rows.
+  const int64_t nh = k_.local_heads, dn = config_.qk_nope_head_dim, dv = config_.v_head_dim;
+  const int64_t rkv = config_.kv_lora_rank;
+  for (LayerWeights& l : w_.layers) {
+    l.w_uk_t = Tensor::empty({nh, rkv, dn}, DType::kF32, MemTag::kWeights, alloc);
+    if (!l.w_uk_t.raw()) continue;
+    for (int64_t h = 0; h < nh; ++h)
+      for (int64_t i = 0; i < dn; ++i)
+        for (int64_t r = 0; r < rkv; ++r)
+          l.w_uk_t.data<float>()[(h * rkv + r) * dn + i] =
+              l.kv_b_proj.data<float>()[(h * (dn + dv) + i) * rkv + r];
+  }
+}
+
+Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
+                      const ForwardObserver& observer) const {
+  Allocator& a = *alloc_;
+  const auto act = MemTag::kActivation;
+  const int64_t N = batch.num_tokens(), H = config_.hidden_size;
+  StepContext step(batch, kv.block_size, a);
+  Tensor ids = Tensor::wrap(const_cast<int32_t*>(batch.token_ids.data()), {N}, DType::kI32);
+  for (int32_t id : batch.token_ids)
+    if (id < 0 || id >= config_.vocab_size)
+      raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config_.vocab_size);
+
+  Tensor x = Tensor::empty({N, H}, DType::kF32, act, a);
+  ops::embedding(w_.embed, ids, 0, x);
+  if (observer) observer("embed", x);
+  ChosenIndices chosen;
+  for (int64_t L = 0; L < config_.num_hidden_layers; ++L) {
+    decoder_layer_forward(config_, k_, par_, L, w_.layers[L], step, kv, x, chosen);
+    if (observer) observer(fmt::format("layer.{}", L), x);
+  }
+
+  // Only the rows that produce logits go through the final norm and lm_head.
+  const int64_t R = batch.num_logit_rows();
+  Tensor rows = Tensor::empty({R, H}, DType::kF32, act, a);
+  if (observer) {
+    Tensor all = Tensor::empty({N, H}, DType::kF32, act, a);
+    ops::rms_norm(x, w_.final_norm, static_cast<float>(config_.rms_norm_eps), all);
+    observer("final_norm", all);
+  }
+  if (rows.raw()) {
+    int64_t r = 0;
+    for (size_t s = 0; s < batch.seqs.size(); ++s) {
+      const SequenceChunk& sc = batch.seqs[s];
+      int64_t first = sc.num_new, count = 0;
+      if (sc.logits == SequenceChunk::Logits::kAll) first = 0, count = sc.num_new;
+      if (sc.logits == SequenceChunk::Logits::kLast) first = sc.num_new - 1, count = 1;
+      std::memcpy(rows.data<float>() + r * H, x.data<float>() + (step.seq_start[s] + first) * H,
+                  count * H * sizeof(float));
+      r += count;
+    }
+  }
+  ops::rms_norm(rows, w_.final_norm, static_cast<float>(config_.rms_norm_eps), rows);
+  Tensor local = Tensor::empty({R, k_.local_vocab}, DType::kF32, act, a);
+  ops::linear(rows, w_.lm_head, local);
+  if (par_.tp_size == 1) return local;
+  // Vocab-parallel lm_head: gather the shards, then drop the padding past the vocabulary.
+  Tensor gathered = Tensor::empty({par_.tp_size * R, k_.local_vocab}, DType::kF32, act, a);
+  par_.comm->all_gather(local, gathered);
+  Tensor logits = Tensor::empty({R, config_.vocab_size}, DType::kF32, act, a);
+  if (logits.raw())
+    for (int64_t r = 0; r < R; ++r)
+      for (int rk = 0; rk < par_.tp_size; ++rk) {
+        const int64_t start = rk * k_.local_vocab;
+        const int64_t n = std::min(k_.local_vocab, config_.vocab_size - start);
+        if (n > 0)
+          std::memcpy(logits.data<float>() + r * config_.vocab_size + start,
+                      gathered.data<float>() + (rk * R + r) * k_.local_vocab, n * sizeof(float));
+      }
+  return logits;
+}
+
+}  // namespace mls

@@ -1,0 +1,70 @@
+// The weights of one rank's shard of a model, in compute layout (f32 [out, in] on the CPU).
+// weight_table() lists every tensor once — checkpoint name, full shape, this rank's slice and
+// destination — and is shared by the loader, the validator and the dummy initialiser, so the
+// three can never disagree.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "parallel/communicator.h"
+
+namespace mls {
+
+struct MlpWeights {  // dense MLP, shared experts and each routed expert
+  Tensor gate, up, down;
+};
+
+struct LayerWeights {
+  Tensor input_norm, post_attention_norm;
+  // MLA
+  Tensor q_proj;  // only without q_lora
+  Tensor q_a_proj, q_a_norm, q_b_proj;
+  Tensor kv_a_proj, kv_a_norm, kv_b_proj, o_proj;
+  // Absorbed decode: per local head, W_UKᵀ [rkv, dn] (a transposed copy of kv_b_proj's k rows).
+  Tensor w_uk_t;  // [heads, rkv, dn]
+  // DSA indexer (layers that own one)
+  Tensor idx_wq_b, idx_wk, idx_k_norm_w, idx_k_norm_b, idx_weights_proj;
+  // MLP
+  MlpWeights dense;
+  Tensor router, router_bias;
+  std::vector<MlpWeights> experts;
+  MlpWeights shared;
+};
+
+struct ModelWeights {
+  Tensor embed, final_norm, lm_head;
+  std::vector<LayerWeights> layers;
+};
+
+// One row of the table: where a tensor comes from and where this rank's part of it goes.
+struct WeightSpec {
+  std::string name;                 // checkpoint name
+  std::vector<int64_t> full_shape;  // as stored
+  io::Slice rows, cols;             // this rank's part
+  std::vector<int64_t> local_shape;
+  Tensor* dest;
+};
+
+// Sizes one rank holds (heads, MLP columns, vocab rows) for a tensor-parallel layout.
+struct ShardSizes {
+  int64_t heads, dense_inter, expert_inter, shared_inter, vocab;
+  int64_t head_start, dense_start, expert_start, shared_start, vocab_start;
+};
+ShardSizes shard_sizes(const io::ModelConfig& c, const ParallelContext& p);
+
+std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelContext& p,
+                                     ModelWeights& w);
+
+enum class LoadFormat { kAuto, kDummy };
+LoadFormat parse_load_format(const std::string& s);
+
+// Allocates (tag weights) and fills every tensor of the table: from the checkpoint, or with
+// deterministic pseudo-random values for kDummy. Checks every name and shape before reading.
+ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
+                          const io::Checkpoint* ckpt, LoadFormat format, Allocator& alloc);
+
+}  // namespace mls

@@ -1,0 +1,23 @@
+#include <cblas.h>
+
+#include "ops/linear.h"
+
+namespace mls::ops::cpu {
+
+void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
+  if (x.ndim() != 2 || w.ndim() != 2 || y.ndim() != 2 || x.dim(1) != w.dim(1) ||
+      y.dim(0) != x.dim(0) || y.dim(1) != w.dim(0) || x.stride(1) != 1 || y.stride(1) != 1 ||
+      !w.is_contiguous())
+    raise<ShapeError>("linear: x {} · W {}ᵀ -> y {} does not fit", x.str(), w.str(), y.str());
+  if (x.dtype() != DType::kF32 || w.dtype() != DType::kF32 || y.dtype() != DType::kF32)
+    raise<ShapeError>("linear on cpu computes in f32, got x {} W {} y {}", x.str(), w.str(),
+                      y.str());
+  const int64_t m = x.dim(0), n = w.dim(0), k = w.dim(1);
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, x.data<float>(), static_cast<int>(x.stride(0)),
+              w.data<float>(), static_cast<int>(k), accumulate ? 1.0f : 0.0f, y.data<float>(),
+              static_cast<int>(y.stride(0)));
+}
+
+}  // namespace mls::ops::cpu

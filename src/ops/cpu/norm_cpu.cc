@@ -1,0 +1,52 @@
+#include <cmath>
+
+#include "core/thread_pool.h"
+#include "ops/norm.h"
+
+namespace mls::ops::cpu {
+
+static void check_rows(const char* op, const Tensor& x, const Tensor& w, const Tensor& y) {
+  if (x.ndim() != 2 || y.ndim() != 2 || x.dim(0) != y.dim(0) || x.dim(1) != y.dim(1) ||
+      w.numel() != x.dim(1) || x.stride(1) != 1 || y.stride(1) != 1)
+    raise<ShapeError>("{}: x {} w {} y {} do not fit", op, x.str(), w.str(), y.str());
+}
+
+void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+  check_rows("rms_norm", x, w, y);
+  const int64_t n = x.dim(1);
+  const float* wp = w.data<float>();
+  ThreadPool::global().parallel_for(x.dim(0), 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* xr = x.data<float>() + t * x.stride(0);
+      float* yr = y.data<float>() + t * y.stride(0);
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+      for (int64_t i = 0; i < n; ++i) yr[i] = wp[i] * (xr[i] * inv);
+    }
+  });
+}
+
+void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y) {
+  check_rows("layer_norm", x, w, y);
+  const int64_t n = x.dim(1);
+  const float* wp = w.data<float>();
+  const float* bp = b.data<float>();
+  ThreadPool::global().parallel_for(x.dim(0), 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const float* xr = x.data<float>() + t * x.stride(0);
+      float* yr = y.data<float>() + t * y.stride(0);
+      double mean = 0;
+      for (int64_t i = 0; i < n; ++i) mean += xr[i];
+      mean /= n;
+      double var = 0;
+      for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+      var /= n;
+      const double inv = 1.0 / std::sqrt(var + eps);
+      for (int64_t i = 0; i < n; ++i)
+        yr[i] = static_cast<float>((xr[i] - mean) * inv) * wp[i] + bp[i];
+    }
+  });
+}
+
+}  // namespace mls::ops::cpu

@@ -1,0 +1,278 @@
+// Op tests on the CPU against direct formulas from REFERENCE.md.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <random>
+#include <vector>
+
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/indexer_topk.h"
+#include "ops/linear.h"
+#include "ops/moe_routing.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace mls::ops {
+namespace {
+
+Tensor filled(const Shape& s, const std::vector<float>& v) {
+  Tensor t = Tensor::empty(s, DType::kF32, MemTag::kActivation);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+Tensor random(const Shape& s, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> n(0.0f, scale);
+  Tensor t = Tensor::empty(s, DType::kF32, MemTag::kActivation);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(g);
+  return t;
+}
+
+Tensor ids(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32, MemTag::kActivation);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+TEST(Linear, MatchesNaiveWithStridedRows) {
+  Tensor wide = random({3, 10}, 1);
+  Tensor x = wide.narrow(1, 2, 5);  // row stride 10
+  Tensor w = random({4, 5}, 2);
+  Tensor y = Tensor::zeros({3, 4}, DType::kF32, MemTag::kActivation);
+  linear(x, w, y);
+  for (int t = 0; t < 3; ++t)
+    for (int o = 0; o < 4; ++o) {
+      double s = 0;
+      for (int i = 0; i < 5; ++i) s += x.data<float>()[t * 10 + i] * w.data<float>()[o * 5 + i];
+      EXPECT_NEAR(y.data<float>()[t * 4 + o], s, 1e-5);
+    }
+  Tensor bad = Tensor::zeros({3, 3}, DType::kF32, MemTag::kActivation);
+  EXPECT_THROW(linear(x, w, bad), ShapeError);
+}
+
+TEST(Norm, RmsAndLayerNorm) {
+  Tensor x = filled({1, 4}, {1, 2, 3, 4});
+  Tensor w = filled({4}, {1, 0.5f, 2, 1});
+  Tensor b = filled({4}, {0, 1, 0, -1});
+  Tensor y = Tensor::empty({1, 4}, DType::kF32, MemTag::kActivation);
+  rms_norm(x, w, 1e-6f, y);
+  const double inv = 1.0 / std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-6);
+  EXPECT_NEAR(y.data<float>()[1], 0.5 * 2 * inv, 1e-6);
+  layer_norm(x, w, b, 1e-6f, y);
+  const double sd = std::sqrt(1.25 + 1e-6);
+  EXPECT_NEAR(y.data<float>()[0], (1 - 2.5) / sd * 1 + 0, 1e-5);
+  EXPECT_NEAR(y.data<float>()[3], (4 - 2.5) / sd * 1 - 1, 1e-5);
+}
+
+TEST(Rope, DefaultInvFreq) {
+  RopeParamsF p;
+  p.theta = 10000;
+  const auto inv = rope_inv_freq(p, 8);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(inv[i], std::pow(10000.0, -2.0 * i / 8), 1e-7);
+  EXPECT_EQ(rope_attention_scaling(p), 1.0);
+}
+
+TEST(Rope, YarnInvFreqAndScaling) {
+  RopeParamsF p;
+  p.theta = 10000;
+  p.yarn = true;
+  p.factor = 4;
+  p.original_max_position_embeddings = 1024;
+  p.beta_fast = 32;
+  p.beta_slow = 1;
+  const int d = 16;
+  const auto inv = rope_inv_freq(p, d);
+  // Ramp bounds from REFERENCE.md, computed independently.
+  auto corr = [&](double rot) {
+    return d * std::log(1024 / (rot * 2 * std::numbers::pi)) / (2 * std::log(10000.0));
+  };
+  const double low = std::max(std::floor(corr(32)), 0.0);
+  const double high = std::min(std::ceil(corr(1)), d - 1.0);
+  for (int i = 0; i < d / 2; ++i) {
+    const double pf = std::pow(10000.0, 2.0 * i / d);
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+    EXPECT_NEAR(inv[i], (1 / (4 * pf)) * ramp + (1 / pf) * (1 - ramp), 1e-6 / pf) << i;
+  }
+  // Only factor present: m(4, 1); mscale == mscale_all_dim: ratio 1.
+  EXPECT_NEAR(rope_attention_scaling(p), 0.1 * std::log(4.0) + 1, 1e-12);
+  p.has_mscale = p.has_mscale_all_dim = true;
+  p.mscale = p.mscale_all_dim = 1.0;
+  EXPECT_NEAR(rope_attention_scaling(p), 1.0, 1e-12);
+  p.mscale_all_dim = 0.5;
+  EXPECT_NEAR(rope_attention_scaling(p), yarn_mscale(4, 1) / yarn_mscale(4, 0.5), 1e-12);
+  EXPECT_EQ(yarn_mscale(1.0, 3.0), 1.0);
+}
+
+TEST(Rope, InterleavedWritesHalfSplitAndHalfSplitRotates) {
+  RopeParamsF p;
+  p.theta = 100;
+  RopeTable table(p, 4);
+  const auto& inv = table.inv_freq();
+  const int pos = 3;
+  const std::vector<float> v = {1, 2, 3, 4};
+  Tensor x = filled({1, 1, 6}, {9, 1, 2, 3, 4, 9});  // rotate dims [1, 5)
+  apply_rope(x, 1, ids({pos}), table, RopeStyle::kInterleaved);
+  const float* o = x.data<float>();
+  for (int i = 0; i < 2; ++i) {
+    const double c = std::cos(pos * inv[i]), s = std::sin(pos * inv[i]);
+    EXPECT_NEAR(o[1 + i], v[2 * i] * c - v[2 * i + 1] * s, 1e-6);
+    EXPECT_NEAR(o[3 + i], v[2 * i + 1] * c + v[2 * i] * s, 1e-6);
+  }
+  EXPECT_EQ(o[0], 9);
+  EXPECT_EQ(o[5], 9);
+  Tensor y = filled({1, 4}, v);
+  apply_rope(y, 0, ids({pos}), table, RopeStyle::kHalfSplit);
+  for (int i = 0; i < 2; ++i) {
+    const double c = std::cos(pos * inv[i]), s = std::sin(pos * inv[i]);
+    EXPECT_NEAR(y.data<float>()[i], v[i] * c - v[i + 2] * s, 1e-6);
+    EXPECT_NEAR(y.data<float>()[i + 2], v[i + 2] * c + v[i] * s, 1e-6);
+  }
+}
+
+TEST(Attention, CausalAndSparseMatchNaive) {
+  const int T = 5, H = 2, D = 3, Dv = 2;
+  Tensor q = random({T, H, D}, 3), k = random({T, H, D}, 4), v = random({T, H, Dv}, 5);
+  Tensor out = Tensor::empty({T, H, Dv}, DType::kF32, MemTag::kActivation);
+  Tensor pos = ids({0, 1, 2, 3, 4});
+  Tensor allowed = Tensor::empty({T, 2}, DType::kI32, MemTag::kActivation);
+  const std::vector<int32_t> al = {0, -1, 0, 1, 2, 0, 3, 1, 4, 2};
+  std::copy(al.begin(), al.end(), allowed.data<int32_t>());
+  for (bool sparse : {false, true}) {
+    AttentionArgs args{0.7f, sparse ? &allowed : nullptr};
+    attention(q, k, v, pos, args, out);
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < H; ++h) {
+        std::vector<int> keys;
+        for (int j = 0; j <= t; ++j)
+          if (!sparse || al[t * 2] == j || al[t * 2 + 1] == j) keys.push_back(j);
+        std::vector<double> p;
+        double m = -1e30, sum = 0;
+        for (int j : keys) {
+          double s = 0;
+          for (int d = 0; d < D; ++d)
+            s += q.data<float>()[(t * H + h) * D + d] * k.data<float>()[(j * H + h) * D + d];
+          p.push_back(s * 0.7);
+          m = std::max(m, p.back());
+        }
+        for (auto& x : p) sum += (x = std::exp(x - m));
+        for (int d = 0; d < Dv; ++d) {
+          double o = 0;
+          for (size_t i = 0; i < keys.size(); ++i)
+            o += p[i] / sum * v.data<float>()[(keys[i] * H + h) * Dv + d];
+          EXPECT_NEAR(out.data<float>()[(t * H + h) * Dv + d], o, 1e-5) << sparse << t << h;
+        }
+      }
+  }
+}
+
+TEST(Attention, SharedLatentHeadBroadcasts) {
+  Tensor q = random({2, 3, 4}, 6), k = random({2, 1, 4}, 7), v = random({2, 1, 2}, 8);
+  Tensor out = Tensor::empty({2, 3, 2}, DType::kF32, MemTag::kActivation);
+  attention(q, k, v, ids({0, 1}), {1.0f, nullptr}, out);
+  // Row 0 sees only key 0: the output is v[0] for every head.
+  for (int h = 0; h < 3; ++h) EXPECT_NEAR(out.data<float>()[h * 2], v.data<float>()[0], 1e-6);
+  EXPECT_THROW(attention(q, k, v, ids({0, 2}), {1.0f, nullptr}, out), ShapeError);
+}
+
+struct Routed {
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+};
+
+Routed route(const std::vector<float>& logits, const std::vector<float>& bias, RoutingArgs a) {
+  const int64_t E = static_cast<int64_t>(bias.size());
+  const int64_t T = static_cast<int64_t>(logits.size()) / E;
+  Tensor l = filled({T, E}, logits), b = filled({E}, bias);
+  Tensor i = Tensor::empty({T, a.top_k}, DType::kI32, MemTag::kActivation);
+  Tensor w = Tensor::empty({T, a.top_k}, DType::kF32, MemTag::kActivation);
+  moe_route(l, b, a, i, w);
+  Routed r{{i.data<int32_t>(), i.data<int32_t>() + i.numel()},
+           {w.data<float>(), w.data<float>() + w.numel()}};
+  return r;
+}
+
+float sig(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+TEST(MoeRouting, BiasChoosesUnbiasedWeights) {
+  // Expert 0 has the best raw score but a bias that drops it; the weights stay unbiased.
+  Routed r = route({3, 1, 0, 2}, {-5, 0, 0, 0}, {1, 1, 2, true, 2.5f});
+  std::sort(r.ids.begin(), r.ids.end());
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{1, 3}));
+  const float s1 = sig(1), s3 = sig(2);
+  Routed n = route({3, 1, 0, 2}, {-5, 0, 0, 0}, {1, 1, 2, true, 2.5f});
+  for (int i = 0; i < 2; ++i) {
+    const float raw = n.ids[i] == 1 ? s1 : s3;
+    EXPECT_NEAR(n.w[i], raw / (s1 + s3) * 2.5f, 1e-6);
+  }
+  Routed u = route({3, 1, 0, 2}, {-5, 0, 0, 0}, {1, 1, 2, false, 1.0f});
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(u.w[i], u.ids[i] == 1 ? s1 : s3, 1e-6);
+}
+
+TEST(MoeRouting, GroupsKeepTheBestTopTwoSums) {
+  // 4 groups of 2; group scores (sum of both, with bias 0): g0 = s(0)+s(0), g1 high, g2 higher,
+  // g3 has one very high expert but a low partner.
+  const std::vector<float> l = {0, 0, 2, 2, 3, 3, 6, -6};
+  Routed r = route(l, std::vector<float>(8, 0), {4, 2, 2, true, 1.0f});
+  std::sort(r.ids.begin(), r.ids.end());
+  // Best groups by sum: g2 (s3+s3 = 1.90), g1 (s2+s2 = 1.76) beat g3 (s6+s-6 = 1.0).
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{4, 5}));
+  // Masked groups never win even when every kept expert's biased score is negative.
+  Routed neg = route({-4, -4, -4, -4}, {-1, -1, 0.5f, 0.5f}, {2, 1, 2, true, 1.0f});
+  std::sort(neg.ids.begin(), neg.ids.end());
+  EXPECT_EQ(neg.ids, (std::vector<int32_t>{2, 3}));
+  EXPECT_THROW(route(l, std::vector<float>(8, 0), {3, 2, 2, true, 1.0f}), ShapeError);
+}
+
+TEST(MoeRouting, TiesFollowTorchOrder) {
+  // Eight equal scores, top-2: torch's nth_element picks a deterministic pair; the result must
+  // not depend on anything but the values.
+  Routed a = route(std::vector<float>(8, 0.5f), std::vector<float>(8, 0), {1, 1, 2, true, 1.0f});
+  Routed b = route(std::vector<float>(8, 0.5f), std::vector<float>(8, 0), {1, 1, 2, true, 1.0f});
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_NEAR(a.w[0] + a.w[1], 1.0f, 1e-6);
+}
+
+TEST(IndexerTopk, CausalRowsAndShortRows) {
+  const int T = 4, H = 1, D = 2;
+  Tensor q = filled({T, H, D}, {1, 0, 1, 0, 1, 0, 1, 0});
+  Tensor k = filled({T, D}, {1, 0, 3, 0, 2, 0, -1, 0});
+  Tensor w = filled({T, H}, {1, 1, 1, 1});
+  Tensor chosen = Tensor::empty({T, 2}, DType::kI32, MemTag::kActivation);
+  indexer_topk(q, k, w, ids({0, 1, 2, 3}), 4, 1.0f, chosen);
+  const int32_t* c = chosen.data<int32_t>();
+  EXPECT_EQ(c[0], 0);  // one valid key: it, and the masked slot reads -1
+  EXPECT_EQ(c[1], -1);
+  std::vector<int32_t> row3(c + 6, c + 8);
+  std::sort(row3.begin(), row3.end());
+  EXPECT_EQ(row3, (std::vector<int32_t>{1, 2}));  // scores 1, 3, 2, relu(-1)=0
+}
+
+TEST(Elementwise, SiluMulAddEmbedding) {
+  Tensor g = filled({1, 2}, {0, 2}), u = filled({1, 2}, {3, 4});
+  Tensor o = Tensor::empty({1, 2}, DType::kF32, MemTag::kActivation);
+  silu_mul(g, u, o);
+  EXPECT_NEAR(o.data<float>()[0], 0, 1e-7);
+  EXPECT_NEAR(o.data<float>()[1], 2 * sig(2) * 4, 1e-5);
+  add(g, u, o);
+  EXPECT_EQ(o.data<float>()[1], 6);
+  Tensor table = filled({2, 2}, {1, 2, 3, 4});
+  Tensor e = Tensor::empty({3, 2}, DType::kF32, MemTag::kActivation);
+  embedding(table, ids({5, 6, 0}), 5, e);  // a shard holding rows 5 and 6
+  EXPECT_EQ(e.data<float>()[2], 3);
+  EXPECT_EQ(e.data<float>()[4], 0);  // outside this shard
+}
+
+TEST(Dispatch, MetaOutputsSkipCompute) {
+  CpuAllocator meta;
+  meta.set_meta(true);
+  Tensor y = Tensor::empty({2, 2}, DType::kF32, MemTag::kActivation, meta);
+  Tensor x = random({2, 3}, 9), w = random({2, 3}, 10);
+  EXPECT_NO_THROW(linear(x, w, y));
+  EXPECT_EQ(meta.stats().pk(MemTag::kActivation), 16);
+}
+
+}  // namespace
+}  // namespace mls::ops

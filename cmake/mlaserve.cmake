@@ -5,7 +5,8 @@ function(mls_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
-  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${MLASERVE_WARNINGS}>)
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${MLASERVE_WARNINGS}>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror>)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 

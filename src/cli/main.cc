@@ -3,12 +3,14 @@
 #include <cstdio>
 
 #include "cli/model_commands.h"
+#include "cli/text_commands.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"mlaserve: an inference server for MLA + MoE models (DeepSeek-V3/V3.2, GLM-5)"};
   app.require_subcommand(1);
   mls::cli::add_model_commands(app);
+  mls::cli::add_text_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,26 +4,55 @@
 #include "model/mlp.h"
 #include "model/moe.h"
 #include "ops/elementwise.h"
+#include "ops/linear.h"
 #include "ops/norm.h"
 
 namespace mls {
+namespace {
+
+// Replicated → this rank's rows of `layout`, summing partial results over ranks on the way.
+Tensor reduce_into_layout(Tensor& partial, const ParallelContext& par, const TokenLayout& layout,
+                          Allocator& a) {
+  if (par.tp_size == 1) return partial;
+  if (layout.is_sharded()) return reduce_scatter_padded(partial, layout, *par.comm, a);
+  par.comm->all_reduce(partial);
+  return partial;
+}
+
+// This rank's rows → all T rows.
+Tensor gather_from_layout(const Tensor& local, const TokenLayout& layout, const StepContext& step,
+                          const ParallelContext& par, Allocator& a) {
+  if (!layout.is_sharded()) return local;
+  return all_gather_trim(local, layout, step.positions.numel(), *par.comm, a);
+}
+
+}  // namespace
 
 void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
-                           const ParallelContext& par, int64_t layer, const LayerWeights& w,
-                           const StepContext& step, KvCache& kv, Tensor& x,
+                           const ParallelContext& par, const TokenLayout& layout, int64_t layer,
+                           const LayerWeights& w, const StepContext& step, KvCache& kv, Tensor& x,
                            ChosenIndices& chosen) {
   Allocator& a = *step.alloc;
-  const int64_t N = x.dim(0), H = c.hidden_size;
+  const auto act = MemTag::kActivation;
+  const int64_t L = layout.local_rows(), N = step.positions.numel(), H = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  Tensor h = Tensor::empty({N, H}, DType::kF32, MemTag::kActivation, a);
-  ops::rms_norm(x, w.input_norm, eps, h);
+  layout.expect(x, "decoder layer input");
 
-  MlaAttention mla(c, k);
+  Tensor h = Tensor::empty({L, H}, DType::kF32, act, a);
+  ops::rms_norm(x, w.input_norm, eps, h);
+  Tensor a_local = Tensor::empty({L, w.fused_a.dim(0)}, DType::kF32, act, a);
+  ops::linear(h, w.fused_a, a_local);
+  const Tensor proj = gather_from_layout(a_local, layout, step, par, a);
+  MLS_CHECK(proj.dim(0) == N, "fused projection has {} rows for {} tokens", proj.dim(0), N);
+  // Without q_lora, q_proj is column-parallel over the full layer input.
+  const Tensor h_all = c.q_lora_rank > 0 ? Tensor() : gather_from_layout(h, layout, step, par, a);
+
+  MlaAttention mla(c, k, layer);
   Tensor q, q_resid;
-  mla.project(w, step, kv.latent[layer], h, q, q_resid);
+  mla.project(w, step, kv.latent[layer], proj, h_all, q, q_resid);
   switch (c.layer_indexer[layer]) {
     case io::IndexerKind::kFull:
-      chosen = dsa_indexer(c, k, w, step, kv.index_key[layer], h, q_resid);
+      chosen = dsa_indexer(c, k, layer, w, step, kv.index_key[layer], proj, q_resid);
       break;
     case io::IndexerKind::kShared:
       break;  // reuse the most recent full layer's selection
@@ -32,17 +61,21 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
       break;
   }
   Tensor attn = mla.attend(w, step, kv.latent[layer], q, chosen);
-  if (par.tp_size > 1) par.comm->all_reduce(attn);
-  ops::add(x, attn, x);
+  Tensor attn_local = reduce_into_layout(attn, par, layout, a);
+  layout.expect(attn_local, "attention output");
+  ops::add(x, attn_local, x);
 
   ops::rms_norm(x, w.post_attention_norm, eps, h);
-  Tensor mlp_out = Tensor::empty({N, H}, DType::kF32, MemTag::kActivation, a);
+  const Tensor h_mlp = gather_from_layout(h, layout, step, par, a);
+  MLS_CHECK(h_mlp.dim(0) == N, "MLP input has {} rows for {} tokens", h_mlp.dim(0), N);
+  Tensor mlp_out = Tensor::empty({N, H}, DType::kF32, act, a);
   if (c.layer_is_moe[layer])
-    moe_forward(c, w, h, mlp_out, a);
+    moe_forward(c, w, h_mlp, mlp_out, a);
   else
-    mlp_forward(w.dense, h, mlp_out, a);
-  if (par.tp_size > 1) par.comm->all_reduce(mlp_out);
-  ops::add(x, mlp_out, x);
+    mlp_forward(w.dense, h_mlp, mlp_out, a);
+  Tensor mlp_local = reduce_into_layout(mlp_out, par, layout, a);
+  layout.expect(mlp_local, "MLP output");
+  ops::add(x, mlp_local, x);
 }
 
 }  // namespace mls

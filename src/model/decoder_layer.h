@@ -1,20 +1,25 @@
-// One decoder layer: h = x + Attn(RMSNorm(x)); out = h + MLP(RMSNorm(h)). Under tensor
-// parallelism the attention and MLP outputs are partial sums that are reduced here: the
-// decoder layer is the only place where token layouts change.
+// One decoder layer: h = x + Attn(RMSNorm(x)); out = h + MLP(RMSNorm(h)). This is the only
+// place where token layouts change (parallel/token_layout.h):
+//   - The residual stream x is in `layout`: Replicated, or Sharded under sequence parallelism.
+//   - The fused replicated projection (q_a + kv_a + indexer wk + weights_proj) runs on the rows
+//     this rank holds; its narrow output is all-gathered and trimmed to T (project, then gather).
+//   - Attention and MLP outputs are partial sums over ranks: all-reduced (Replicated) or
+//     reduce-scattered back into the shard (Sharded). The MLP input is gathered first.
 #pragma once
 
 #include "model/kv_cache.h"
 #include "model/mla_attention.h"
 #include "model/model_weights.h"
 #include "model/step_context.h"
+#include "parallel/token_layout.h"
 
 namespace mls {
 
-// x [N, H] is updated in place. `chosen` carries the DSA indexer's selection from the last
-// full layer to following shared layers.
+// x [layout.local_rows(), H] is updated in place. `chosen` carries the DSA indexer's
+// selection from the last full layer to following shared layers.
 void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
-                           const ParallelContext& par, int64_t layer, const LayerWeights& w,
-                           const StepContext& step, KvCache& kv, Tensor& x,
+                           const ParallelContext& par, const TokenLayout& layout, int64_t layer,
+                           const LayerWeights& w, const StepContext& step, KvCache& kv, Tensor& x,
                            ChosenIndices& chosen);
 
 }  // namespace mls

@@ -9,11 +9,12 @@
 
 namespace mls {
 
-std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& k,
+std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t layer,
                                 const LayerWeights& w, const StepContext& step,
-                                Tensor& index_cache, const Tensor& h, const Tensor& q_resid) {
+                                Tensor& index_cache, const Tensor& proj, const Tensor& q_resid) {
   Allocator& a = *step.alloc;
-  const int64_t N = h.dim(0), hi = c.index_n_heads, di = c.index_head_dim;
+  const int64_t N = proj.dim(0), hi = c.index_n_heads, di = c.index_head_dim;
+  const FusedAColumns cols = FusedAColumns::of(c, layer);
   const auto act = MemTag::kActivation;
 
   Tensor q = Tensor::empty({N, hi * di}, DType::kF32, act, a);
@@ -22,8 +23,7 @@ std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& 
   ops::apply_rope(q3, 0, step.positions, k.rope, k.indexer_rope_style);  // rope part first
 
   Tensor key = Tensor::empty({N, di}, DType::kF32, act, a);
-  ops::linear(h, w.idx_wk, key);
-  ops::layer_norm(key, w.idx_k_norm_w, w.idx_k_norm_b, 1e-6f, key);
+  ops::layer_norm(proj.narrow(1, cols.index_k, di), w.idx_k_norm_w, w.idx_k_norm_b, 1e-6f, key);
   ops::apply_rope(key, 0, step.positions, k.rope, k.indexer_rope_style);
   if (key.raw())
     for (int64_t t = 0; t < N; ++t)
@@ -31,10 +31,12 @@ std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& 
                   di * sizeof(float));
 
   Tensor weights = Tensor::empty({N, hi}, DType::kF32, act, a);
-  ops::linear(h, w.idx_weights_proj, weights);
   if (weights.raw()) {
     const float head_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi)));
-    for (int64_t i = 0; i < N * hi; ++i) weights.data<float>()[i] *= head_scale;
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t i = 0; i < hi; ++i)
+        weights.data<float>()[t * hi + i] =
+            proj.data<float>()[t * proj.stride(0) + cols.index_w + i] * head_scale;
   }
 
   const float score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));

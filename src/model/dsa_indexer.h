@@ -11,10 +11,11 @@
 
 namespace mls {
 
-// h: the layer's normed input [N, H]; q_resid: q_a_layernorm output [N, rq]. Writes the new
-// tokens' indexer keys into the cache and returns, per sequence, chosen i32 [num_new, topk].
-std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& k,
+// a: the fused replicated projection [N, Wa] (holding wk and weights_proj outputs); q_resid:
+// q_a_layernorm output [N, rq]. Writes the new tokens' indexer keys into the cache and returns,
+// per sequence, chosen i32 [num_new, topk].
+std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t layer,
                                 const LayerWeights& w, const StepContext& step,
-                                Tensor& index_cache, const Tensor& h, const Tensor& q_resid);
+                                Tensor& index_cache, const Tensor& a, const Tensor& q_resid);
 
 }  // namespace mls

@@ -10,17 +10,17 @@
 namespace mls {
 
 void MlaAttention::project(const LayerWeights& w, const StepContext& step, Tensor& latent_cache,
-                           const Tensor& h, Tensor& q, Tensor& q_resid) const {
-  Allocator& a = *step.alloc;
+                           const Tensor& a, const Tensor& h, Tensor& q, Tensor& q_resid) const {
+  Allocator& al = *step.alloc;
   const auto act = MemTag::kActivation;
-  const int64_t N = h.dim(0), nh = k_.local_heads, dq = c_.qk_head_dim();
+  const int64_t N = a.dim(0), nh = k_.local_heads, dq = c_.qk_head_dim();
   const int64_t rkv = c_.kv_lora_rank, dr = c_.qk_rope_head_dim;
+  const FusedAColumns cols = FusedAColumns::of(c_, layer_);
 
-  q = Tensor::empty({N, nh * dq}, DType::kF32, act, a);
+  q = Tensor::empty({N, nh * dq}, DType::kF32, act, al);
   if (c_.q_lora_rank > 0) {
-    q_resid = Tensor::empty({N, c_.q_lora_rank}, DType::kF32, act, a);
-    ops::linear(h, w.q_a_proj, q_resid);
-    ops::rms_norm(q_resid, w.q_a_norm, 1e-6f, q_resid);
+    q_resid = Tensor::empty({N, c_.q_lora_rank}, DType::kF32, act, al);
+    ops::rms_norm(a.narrow(1, cols.q, c_.q_lora_rank), w.q_a_norm, 1e-6f, q_resid);
     ops::linear(q_resid, w.q_b_proj, q);
   } else {
     ops::linear(h, w.q_proj, q);
@@ -28,11 +28,14 @@ void MlaAttention::project(const LayerWeights& w, const StepContext& step, Tenso
   q = q.view({N, nh, dq});
   ops::apply_rope(q, c_.qk_nope_head_dim, step.positions, k_.rope, k_.mla_rope_style);
 
-  // [c, k_rot] is exactly the cache row: normalise c and rotate k_rot in place, then store.
-  Tensor ckv = Tensor::empty({N, rkv + dr}, DType::kF32, act, a);
-  ops::linear(h, w.kv_a_proj, ckv);
+  // [c, k_rot] is exactly the cache row: normalise c and rotate k_rot, then store.
+  Tensor ckv = Tensor::empty({N, rkv + dr}, DType::kF32, act, al);
   Tensor c = ckv.narrow(1, 0, rkv);
-  ops::rms_norm(c, w.kv_a_norm, 1e-6f, c);
+  ops::rms_norm(a.narrow(1, cols.kv, rkv), w.kv_a_norm, 1e-6f, c);
+  if (ckv.raw())
+    for (int64_t t = 0; t < N; ++t)
+      std::memcpy(ckv.data<float>() + t * (rkv + dr) + rkv,
+                  a.data<float>() + t * a.stride(0) + cols.kv + rkv, dr * sizeof(float));
   ops::apply_rope(ckv, rkv, step.positions, k_.rope, k_.mla_rope_style);
   if (ckv.raw())
     for (int64_t t = 0; t < N; ++t)

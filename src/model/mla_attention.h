@@ -17,11 +17,14 @@ using ChosenIndices = std::vector<Tensor>;
 
 class MlaAttention {
  public:
-  MlaAttention(const io::ModelConfig& c, const ModelConstants& k) : c_(c), k_(k) {}
+  MlaAttention(const io::ModelConfig& c, const ModelConstants& k, int64_t layer)
+      : c_(c), k_(k), layer_(layer) {}
 
-  // Step 1: projections, RoPE, cache write. Returns q (per local head [N, nh, dq]) and q_resid.
+  // Step 1: from the fused replicated projection `a` [N, Wa] (see LayerWeights::fused_a):
+  // q_a_layernorm, q_b_proj, kv_a_layernorm, RoPE, cache write. Returns q (local heads
+  // [N, nh, dq]) and q_resid [N, rq]. Without q_lora, q = q_proj(h) and h must be replicated.
   void project(const LayerWeights& w, const StepContext& step, Tensor& latent_cache,
-               const Tensor& h, Tensor& q, Tensor& q_resid) const;
+               const Tensor& a, const Tensor& h, Tensor& q, Tensor& q_resid) const;
   // Step 2: attention over the cache (restricted to `chosen` when non-empty), then o_proj.
   Tensor attend(const LayerWeights& w, const StepContext& step, const Tensor& latent_cache,
                 const Tensor& q, const ChosenIndices& chosen) const;
@@ -36,6 +39,7 @@ class MlaAttention {
 
   const io::ModelConfig& c_;
   const ModelConstants& k_;
+  int64_t layer_;
 };
 
 }  // namespace mls

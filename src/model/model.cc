@@ -7,6 +7,7 @@
 #include "ops/elementwise.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
+#include "parallel/token_layout.h"
 
 namespace mls {
 
@@ -49,28 +50,43 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
   const auto act = MemTag::kActivation;
   const int64_t N = batch.num_tokens(), H = config_.hidden_size;
   StepContext step(batch, kv.block_size, a);
-  Tensor ids = Tensor::wrap(const_cast<int32_t*>(batch.token_ids.data()), {N}, DType::kI32);
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= config_.vocab_size)
       raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config_.vocab_size);
 
-  Tensor x = Tensor::empty({N, H}, DType::kF32, act, a);
+  // The residual stream's layout for this step; the profiling pass takes this same path.
+  const TokenLayout layout = par_.sequence_parallel && par_.tp_size > 1
+                                 ? TokenLayout::sharded(N, par_.tp_size, par_.rank)
+                                 : TokenLayout::replicated(N);
+  const int64_t L = layout.local_rows();
+  // This rank's rows of the token ids; padding rows (past T) embed to zeros.
+  std::vector<int32_t> local_ids(L, -1);
+  for (int64_t i = 0; i < L; ++i)
+    if (layout.first_row() + i < N) local_ids[i] = batch.token_ids[layout.first_row() + i];
+  Tensor ids = Tensor::wrap(local_ids.data(), {L}, DType::kI32);
+  Tensor x = Tensor::empty({L, H}, DType::kF32, act, a);
   ops::embedding(w_.embed, ids, 0, x);
-  if (observer) observer("embed", x);
-  ChosenIndices chosen;
-  for (int64_t L = 0; L < config_.num_hidden_layers; ++L) {
-    decoder_layer_forward(config_, k_, par_, L, w_.layers[L], step, kv, x, chosen);
-    if (observer) observer(fmt::format("layer.{}", L), x);
-  }
 
-  // Only the rows that produce logits go through the final norm and lm_head.
+  auto observe = [&](std::string_view name, const Tensor& t) {
+    if (!observer) return;
+    observer(name, layout.is_sharded()
+                       ? all_gather_trim(t, layout, step.positions.numel(), *par_.comm, a)
+                       : t);
+  };
+  observe("embed", x);
+  ChosenIndices chosen;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    decoder_layer_forward(config_, k_, par_, layout, l, w_.layers[l], step, kv, x, chosen);
+    observe(fmt::format("layer.{}", l), x);
+  }
+  ops::rms_norm(x, w_.final_norm, static_cast<float>(config_.rms_norm_eps), x);
+  observe("final_norm", x);
+  const Tensor normed =
+      layout.is_sharded() ? all_gather_trim(x, layout, step.positions.numel(), *par_.comm, a) : x;
+
+  // Only the rows that produce logits go through lm_head.
   const int64_t R = batch.num_logit_rows();
   Tensor rows = Tensor::empty({R, H}, DType::kF32, act, a);
-  if (observer) {
-    Tensor all = Tensor::empty({N, H}, DType::kF32, act, a);
-    ops::rms_norm(x, w_.final_norm, static_cast<float>(config_.rms_norm_eps), all);
-    observer("final_norm", all);
-  }
   if (rows.raw()) {
     int64_t r = 0;
     for (size_t s = 0; s < batch.seqs.size(); ++s) {
@@ -78,12 +94,12 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
       int64_t first = sc.num_new, count = 0;
       if (sc.logits == SequenceChunk::Logits::kAll) first = 0, count = sc.num_new;
       if (sc.logits == SequenceChunk::Logits::kLast) first = sc.num_new - 1, count = 1;
-      std::memcpy(rows.data<float>() + r * H, x.data<float>() + (step.seq_start[s] + first) * H,
-                  count * H * sizeof(float));
-      r += count;
+      for (int64_t i = 0; i < count; ++i, ++r)
+        std::memcpy(rows.data<float>() + r * H,
+                    normed.data<float>() + (step.seq_start[s] + first + i) * normed.stride(0),
+                    H * sizeof(float));
     }
   }
-  ops::rms_norm(rows, w_.final_norm, static_cast<float>(config_.rms_norm_eps), rows);
   Tensor local = Tensor::empty({R, k_.local_vocab}, DType::kF32, act, a);
   ops::linear(rows, w_.lm_head, local);
   if (par_.tp_size == 1) return local;

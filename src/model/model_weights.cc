@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -33,6 +34,19 @@ ShardSizes shard_sizes(const io::ModelConfig& c, const ParallelContext& p) {
   return s;
 }
 
+FusedAColumns FusedAColumns::of(const io::ModelConfig& c, int64_t layer) {
+  FusedAColumns f;
+  f.q = 0;
+  f.kv = c.q_lora_rank;
+  f.width = f.kv + c.kv_lora_rank + c.qk_rope_head_dim;
+  if (c.layer_indexer[layer] == io::IndexerKind::kFull) {
+    f.index_k = f.width;
+    f.index_w = f.index_k + c.index_head_dim;
+    f.width = f.index_w + c.index_n_heads;
+  }
+  return f;
+}
+
 std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelContext& p,
                                      ModelWeights& w) {
   const ShardSizes s = shard_sizes(c, p);
@@ -57,6 +71,10 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
     local[1] = len;
     t.push_back({std::move(name), shape, {}, {start, len}, local, dest});
   };
+  auto fused = [&](std::string name, std::vector<int64_t> shape, Tensor* group, int64_t row,
+                   Tensor* dest) {
+    t.push_back({std::move(name), shape, {}, {}, shape, dest, group, row});
+  };
   auto mlp = [&](const std::string& pre, int64_t inter, int64_t start, int64_t len,
                  MlpWeights& m) {
     by_rows(pre + "gate_proj.weight", {inter, H}, start, len, &m.gate);
@@ -78,15 +96,16 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
     const std::string a = pre + "self_attn.";
     whole(pre + "input_layernorm.weight", {H}, &l.input_norm);
     whole(pre + "post_attention_layernorm.weight", {H}, &l.post_attention_norm);
+    const FusedAColumns fa = FusedAColumns::of(c, L);
     if (c.q_lora_rank > 0) {
-      whole(a + "q_a_proj.weight", {c.q_lora_rank, H}, &l.q_a_proj);
+      fused(a + "q_a_proj.weight", {c.q_lora_rank, H}, &l.fused_a, fa.q, &l.q_a_proj);
       whole(a + "q_a_layernorm.weight", {c.q_lora_rank}, &l.q_a_norm);
       by_rows(a + "q_b_proj.weight", {nh * dq, c.q_lora_rank}, s.head_start * dq, s.heads * dq,
               &l.q_b_proj);
     } else {
       by_rows(a + "q_proj.weight", {nh * dq, H}, s.head_start * dq, s.heads * dq, &l.q_proj);
     }
-    whole(a + "kv_a_proj_with_mqa.weight", {rkv + dr, H}, &l.kv_a_proj);
+    fused(a + "kv_a_proj_with_mqa.weight", {rkv + dr, H}, &l.fused_a, fa.kv, &l.kv_a_proj);
     whole(a + "kv_a_layernorm.weight", {rkv}, &l.kv_a_norm);
     by_rows(a + "kv_b_proj.weight", {nh * (dn + dv), rkv}, s.head_start * (dn + dv),
             s.heads * (dn + dv), &l.kv_b_proj);
@@ -95,10 +114,10 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
       const std::string ix = a + "indexer.";
       const int64_t hi = c.index_n_heads, di = c.index_head_dim;
       whole(ix + "wq_b.weight", {hi * di, c.q_lora_rank}, &l.idx_wq_b);
-      whole(ix + "wk.weight", {di, H}, &l.idx_wk);
+      fused(ix + "wk.weight", {di, H}, &l.fused_a, fa.index_k, &l.idx_wk);
       whole(ix + "k_norm.weight", {di}, &l.idx_k_norm_w);
       whole(ix + "k_norm.bias", {di}, &l.idx_k_norm_b);
-      whole(ix + "weights_proj.weight", {hi, H}, &l.idx_weights_proj);
+      fused(ix + "weights_proj.weight", {hi, H}, &l.fused_a, fa.index_w, &l.idx_weights_proj);
     }
     if (!c.layer_is_moe[L]) {
       mlp(pre + "mlp.", c.intermediate_size, s.dense_start, s.dense_inter, l.dense);
@@ -162,8 +181,19 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
                                Shape(spec.full_shape).str(), Shape(info.shape).str());
     }
   }
+  // Fused groups first: one allocation each, sized by its members; members become row views.
+  for (const WeightSpec& spec : table)
+    if (spec.group && !spec.group->defined()) {
+      int64_t rows = 0;
+      for (const WeightSpec& m : table)
+        if (m.group == spec.group) rows = std::max(rows, m.group_row + m.local_shape[0]);
+      *spec.group =
+          Tensor::empty({rows, spec.local_shape[1]}, DType::kF32, MemTag::kWeights, alloc);
+    }
   for (const WeightSpec& spec : table) {
-    *spec.dest = Tensor::empty(Shape(spec.local_shape), DType::kF32, MemTag::kWeights, alloc);
+    *spec.dest = spec.group ? spec.group->narrow(0, spec.group_row, spec.local_shape[0])
+                            : Tensor::empty(Shape(spec.local_shape), DType::kF32,
+                                            MemTag::kWeights, alloc);
     float* out = spec.dest->data<float>();
     if (!out) continue;  // meta allocator: sizes only
     const int64_t n = spec.dest->numel();

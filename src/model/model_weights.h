@@ -20,6 +20,11 @@ struct MlpWeights {  // dense MLP, shared experts and each routed expert
 
 struct LayerWeights {
   Tensor input_norm, post_attention_norm;
+  // The replicated projections of the layer input, fused into one [Wa, H] matrix so that a
+  // sequence-parallel rank runs one GEMM on its token shard and gathers one narrow output:
+  // rows [q_a_proj | kv_a_proj_with_mqa | indexer wk | indexer weights_proj] (the last two only
+  // on layers that own an indexer). The named tensors below are row views into it.
+  Tensor fused_a;
   // MLA
   Tensor q_proj;  // only without q_lora
   Tensor q_a_proj, q_a_norm, q_b_proj;
@@ -35,6 +40,12 @@ struct LayerWeights {
   MlpWeights shared;
 };
 
+// Column offsets of each projection inside fused_a's output (same for every rank).
+struct FusedAColumns {
+  int64_t q = 0, kv = 0, index_k = 0, index_w = 0, width = 0;
+  static FusedAColumns of(const io::ModelConfig& c, int64_t layer);
+};
+
 struct ModelWeights {
   Tensor embed, final_norm, lm_head;
   std::vector<LayerWeights> layers;
@@ -47,6 +58,9 @@ struct WeightSpec {
   io::Slice rows, cols;             // this rank's part
   std::vector<int64_t> local_shape;
   Tensor* dest;
+  // Set for members of a fused tensor: dest becomes rows [group_row, +rows) of *group.
+  Tensor* group = nullptr;
+  int64_t group_row = 0;
 };
 
 // Sizes one rank holds (heads, MLP columns, vocab rows) for a tensor-parallel layout.

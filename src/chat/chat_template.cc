@@ -1,0 +1,86 @@
+#include "chat/chat_template.h"
+
+#include "chat/jinja_template.h"
+#include "core/error.h"
+
+namespace mls::chat {
+
+ChatTemplate::ChatTemplate(std::string source,
+                           std::vector<std::pair<std::string, std::string>> special_tokens)
+    : source_(std::move(source)),
+      special_tokens_(std::move(special_tokens)),
+      compiled_(std::make_unique<jinja::Template>(source_)) {}
+
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+ChatTemplate::~ChatTemplate() = default;
+
+ChatTemplate ChatTemplate::from_config(const tok::TokenizerConfig& config) {
+  if (config.chat_template.empty())
+    raise<ConfigError>(
+        "the model has no chat template (tokenizer_config.json 'chat_template' or "
+        "chat_template.jinja); pass --chat-template");
+  std::vector<std::pair<std::string, std::string>> special;
+  const std::pair<const char*, const std::string*> named[] = {{"bos_token", &config.bos_token},
+                                                              {"eos_token", &config.eos_token},
+                                                              {"pad_token", &config.pad_token},
+                                                              {"unk_token", &config.unk_token}};
+  for (const auto& [name, value] : named)
+    if (!value->empty()) special.emplace_back(name, *value);
+  return ChatTemplate(config.chat_template, std::move(special));
+}
+
+ChatTemplate ChatTemplate::from_dir(const std::filesystem::path& dir,
+                                    const std::optional<std::filesystem::path>& override_file) {
+  tok::TokenizerConfig config = tok::TokenizerConfig::from_dir(dir);
+  if (override_file) config.chat_template = tok::read_text_file(*override_file);
+  return from_config(config);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& variables) const {
+  std::vector<std::pair<std::string, jinja::Value>> vars;
+  for (const auto& [k, v] : special_tokens_) vars.emplace_back(k, jinja::Value(v));
+  for (const auto& [k, v] : variables.items()) vars.emplace_back(k, jinja::Value::from_json(v));
+  return compiled_->render(vars);
+}
+
+nlohmann::ordered_json chat_variables(const nlohmann::ordered_json& request) {
+  if (!request.is_object()) raise<InvalidArgument>("chat request must be a JSON object");
+  if (!request.contains("messages") || !request["messages"].is_array())
+    raise<InvalidArgument>("chat request needs a 'messages' array");
+  nlohmann::ordered_json messages = request["messages"];
+  for (auto& m : messages) {
+    if (!m.is_object()) raise<InvalidArgument>("each message must be an object");
+    if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (auto& call : m["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function")) continue;
+      auto& fn = call["function"];
+      if (!fn.is_object() || !fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+      try {
+        fn["arguments"] = nlohmann::ordered_json::parse(fn["arguments"].get<std::string>());
+      } catch (const nlohmann::json::parse_error&) {
+        raise<InvalidArgument>("tool call arguments of '{}' are not valid JSON",
+                               fn.value("name", std::string("?")));
+      }
+    }
+  }
+  nlohmann::ordered_json vars;
+  vars["messages"] = std::move(messages);
+  vars["tools"] = request.contains("tools") ? request["tools"] : nlohmann::ordered_json();
+  if (request.contains("documents")) vars["documents"] = request["documents"];
+  vars["add_generation_prompt"] = request.value("add_generation_prompt", true);
+  if (request.contains("chat_template_kwargs")) {
+    const auto& kwargs = request["chat_template_kwargs"];
+    if (!kwargs.is_object() && !kwargs.is_null())
+      raise<InvalidArgument>("'chat_template_kwargs' must be an object");
+    if (kwargs.is_object())
+      for (const auto& [k, v] : kwargs.items()) vars[k] = v;
+  }
+  return vars;
+}
+
+std::string render_chat(const ChatTemplate& tmpl, const nlohmann::ordered_json& request) {
+  return tmpl.render(chat_variables(request));
+}
+
+}  // namespace mls::chat

@@ -1,0 +1,79 @@
+// DeepSeek-V3.2 "DSML" tool calls:
+//   <｜DSML｜function_calls>
+//   <｜DSML｜invoke name="get_weather">
+//   <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+//   <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+//   </｜DSML｜invoke>
+//   </｜DSML｜function_calls>
+// string="true" keeps the value as text; string="false" parses it as JSON.
+#include <nlohmann/json.hpp>
+
+#include "chat/tool_parser.h"
+
+namespace mls::chat {
+namespace {
+
+constexpr std::string_view kParamBegin = "<｜DSML｜parameter";
+constexpr std::string_view kParamEnd = "</｜DSML｜parameter>";
+
+std::string_view trim(std::string_view s) {
+  const auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!s.empty() && ws(s.front())) s.remove_prefix(1);
+  while (!s.empty() && ws(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Reads `attr="value"` at the front of `s` (after white space); advances `s`.
+std::optional<std::string> attribute(std::string_view& s, std::string_view attr) {
+  s = trim(s);
+  if (s.substr(0, attr.size()) != attr || s.substr(attr.size(), 2) != "=\"") return std::nullopt;
+  s.remove_prefix(attr.size() + 2);
+  const size_t close = s.find('"');
+  if (close == std::string_view::npos) return std::nullopt;
+  std::string value(s.substr(0, close));
+  s.remove_prefix(close + 1);
+  return value;
+}
+
+bool consume(std::string_view& s, std::string_view token) {
+  s = trim(s);
+  if (s.substr(0, token.size()) != token) return false;
+  s.remove_prefix(token.size());
+  return true;
+}
+
+}  // namespace
+
+ToolCallFormat deepseek_v32_format() {
+  ToolCallFormat f;
+  f.section_begin = "<｜DSML｜function_calls>";
+  f.section_end = "</｜DSML｜function_calls>";
+  f.call_begin = "<｜DSML｜invoke";
+  f.call_end = "</｜DSML｜invoke>";
+  f.parse_call = [](std::string_view body) -> std::optional<ParsedCall> {
+    const auto name = attribute(body, "name");
+    if (!name || name->empty() || !consume(body, ">")) return std::nullopt;
+    std::vector<std::pair<std::string, std::string>> members;
+    while (!trim(body).empty()) {
+      if (!consume(body, kParamBegin)) return std::nullopt;
+      const auto key = attribute(body, "name");
+      if (!key) return std::nullopt;
+      const auto is_string = attribute(body, "string");
+      if (!consume(body, ">")) return std::nullopt;
+      const size_t end = body.find(kParamEnd);
+      if (end == std::string_view::npos) return std::nullopt;
+      const std::string raw(body.substr(0, end));
+      body.remove_prefix(end + kParamEnd.size());
+      std::string value = python_json(raw);
+      if (is_string && *is_string == "false") {
+        const auto parsed = nlohmann::ordered_json::parse(trim(raw), nullptr, false);
+        if (!parsed.is_discarded()) value = python_json(parsed);
+      }
+      members.emplace_back(*key, std::move(value));
+    }
+    return ParsedCall{*name, object_fragments(members)};
+  };
+  return f;
+}
+
+}  // namespace mls::chat

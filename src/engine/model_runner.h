@@ -1,0 +1,54 @@
+// Runs one model over all its tensor-parallel ranks. Ranks are threads of this process, one
+// device each, each holding its weight shard and its own KV cache (DESIGN.md "Parallelism");
+// forward() hands the same batch to every rank and returns the logits, which every rank holds
+// after the vocab-parallel gather. The engine above sees a single model.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+
+namespace mls {
+
+struct RunnerOptions {
+  std::filesystem::path model;
+  LoadFormat load_format = LoadFormat::kAuto;
+  int tensor_parallel_size = 1;
+  bool sequence_parallel = false;
+  Device device = Device::cpu();
+};
+
+class ModelRunner {
+ public:
+  explicit ModelRunner(const RunnerOptions& opts);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  const io::ModelConfig& config() const;
+  int tp_size() const { return static_cast<int>(ranks_.size()); }
+  // The tracked allocator of one rank (the planner reads each rank's figures).
+  Allocator& allocator(int rank) const;
+
+  // (Re)allocates the paged KV cache on every rank.
+  void allocate_kv_cache(int64_t num_blocks, int64_t block_size);
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+
+  // One step on every rank: logits [batch.num_logit_rows(), vocab_size] (f32, host memory).
+  Tensor forward(const ForwardBatch& batch, const ForwardObserver& observer = nullptr);
+
+ private:
+  struct Rank;
+  void run_on_all_ranks(const std::function<void(Rank&)>& fn);
+
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  int64_t num_blocks_ = 0;
+  int64_t block_size_ = 0;
+};
+
+}  // namespace mls

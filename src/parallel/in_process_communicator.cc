@@ -1,0 +1,146 @@
+#include "parallel/in_process_communicator.h"
+
+#include <barrier>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace mls {
+namespace {
+
+struct Shared {
+  explicit Shared(int n) : size(n), sync(n), published(n, nullptr), bytes(n, 0) {}
+  int size;
+  std::barrier<> sync;
+  std::vector<const void*> published;
+  std::vector<size_t> bytes;
+};
+
+class InProcessCommunicator final : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<Shared> s, int rank, Allocator& alloc)
+      : s_(std::move(s)), rank_(rank), alloc_(alloc) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return s_->size; }
+
+  void all_reduce(Tensor& x) override {
+    if (size() == 1 || is_meta(x)) return;
+    check_float("all_reduce", x);
+    const int64_t n = x.numel();
+    publish(x);
+    Tensor& acc = scratch(n);
+    sum_ranks(x.dtype(), 0, n, acc.data<float>());
+    s_->sync.arrive_and_wait();  // everyone has read every input: safe to overwrite ours
+    convert_from_f32(acc.data<float>(), x.raw(), x.dtype(), n);
+    s_->sync.arrive_and_wait();
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
+        out.numel() != in.numel() * size())
+      raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size(),
+                        out.str());
+    if (is_meta(out)) return;
+    if (size() == 1) {
+      std::memcpy(out.raw(), in.raw(), in.nbytes());
+      return;
+    }
+    publish(in);
+    for (int r = 0; r < size(); ++r)
+      std::memcpy(static_cast<char*>(out.raw()) + r * in.nbytes(), s_->published[r], in.nbytes());
+    s_->sync.arrive_and_wait();
+  }
+
+  void reduce_scatter(const Tensor& in, Tensor& out) override {
+    check_float("reduce_scatter", in);
+    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
+        in.numel() != out.numel() * size())
+      raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size(), out.str());
+    if (is_meta(out)) return;
+    if (size() == 1) {
+      std::memcpy(out.raw(), in.raw(), in.nbytes());
+      return;
+    }
+    const int64_t n = out.numel();
+    publish(in);
+    Tensor& acc = scratch(n);
+    sum_ranks(in.dtype(), rank_ * n, n, acc.data<float>());
+    convert_from_f32(acc.data<float>(), out.raw(), out.dtype(), n);
+    s_->sync.arrive_and_wait();
+  }
+
+  void broadcast(Tensor& x, int root) override {
+    if (root < 0 || root >= size()) raise<InvalidArgument>("broadcast from rank {}", root);
+    if (size() == 1 || is_meta(x)) return;
+    if (!x.is_contiguous()) raise<ShapeError>("broadcast of non-contiguous {}", x.str());
+    publish(x);
+    if (rank_ != root) std::memcpy(x.raw(), s_->published[root], x.nbytes());
+    s_->sync.arrive_and_wait();
+  }
+
+  void barrier() override { s_->sync.arrive_and_wait(); }
+
+ private:
+  // Meta mode (allocation tracing): tensors have no memory and collectives move nothing.
+  static bool is_meta(const Tensor& t) { return t.raw() == nullptr && t.numel() > 0; }
+
+  void check_float(const char* op, const Tensor& x) const {
+    if (!dtype_is_float(x.dtype()) || !x.is_contiguous())
+      raise<ShapeError>("{}: needs a contiguous float tensor, got {}", op, x.str());
+  }
+
+  // Makes x's buffer visible to every rank; returns once all ranks have published.
+  void publish(const Tensor& x) {
+    s_->published[rank_] = x.raw();
+    s_->bytes[rank_] = x.nbytes();
+    s_->sync.arrive_and_wait();
+    for (int r = 0; r < size(); ++r)
+      if (s_->bytes[r] != x.nbytes())
+        raise<ShapeError>("collective with {} bytes on rank {} but {} on rank {}", x.nbytes(),
+                          rank_, s_->bytes[r], r);
+  }
+
+  // acc[i] = Σ_r rank r's element (offset + i), converted to f32, in rank order.
+  void sum_ranks(DType t, int64_t offset, int64_t n, float* acc) {
+    std::memset(acc, 0, n * sizeof(float));
+    std::vector<float> tmp(t == DType::kF32 ? 0 : n);
+    for (int r = 0; r < size(); ++r) {
+      const char* base = static_cast<const char*>(s_->published[r]) + offset * dtype_size(t);
+      const float* v = reinterpret_cast<const float*>(base);
+      if (t != DType::kF32) {
+        convert_to_f32(base, t, tmp.data(), n);
+        v = tmp.data();
+      }
+      for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
+    }
+  }
+
+  Tensor& scratch(int64_t n) {
+    if (!scratch_.defined() || scratch_.numel() < n)
+      scratch_ = Tensor::empty({n}, DType::kF32, MemTag::kComm, alloc_);
+    return scratch_;
+  }
+
+  std::shared_ptr<Shared> s_;
+  int rank_;
+  Allocator& alloc_;
+  Tensor scratch_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_in_process_group(
+    int size, const std::vector<Allocator*>& allocators) {
+  if (size < 1) raise<InvalidArgument>("a communicator group needs at least one rank");
+  auto shared = std::make_shared<Shared>(size);
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < size; ++r) {
+    Allocator* a = r < static_cast<int>(allocators.size()) && allocators[r] ? allocators[r]
+                                                                             : &default_allocator();
+    out.push_back(std::make_unique<InProcessCommunicator>(shared, r, *a));
+  }
+  return out;
+}
+
+}  // namespace mls

@@ -1,0 +1,149 @@
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "core/error.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/precision_cast_gpu.h"
+
+namespace mls {
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) raise<Error>("{}: {}", what, cudaGetErrorString(e));
+}
+
+void check_nccl(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) raise<Error>("{}: {}", what, ncclGetErrorString(r));
+}
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kFP8E4M3: return ncclUint8;  // moved, never reduced
+    case DType::kI32: return ncclInt32;
+    case DType::kI64: return ncclInt64;
+  }
+  return ncclUint8;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, Allocator& alloc)
+      : comm_(comm), rank_(rank), size_(size), device_(device), alloc_(alloc) {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~NcclCommunicator() override {
+    cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce(Tensor& x) override {
+    if (size_ == 1 || meta(x)) return;
+    const int64_t n = x.numel();
+    if (x.dtype() == DType::kF32) {
+      check_nccl(ncclAllReduce(x.raw(), x.raw(), n, ncclFloat32, ncclSum, comm_, stream_),
+                 "ncclAllReduce");
+    } else {
+      float* acc = scratch(n);
+      widen(x, acc, n);
+      check_nccl(ncclAllReduce(acc, acc, n, ncclFloat32, ncclSum, comm_, stream_),
+                 "ncclAllReduce");
+      narrow(acc, x, n);
+    }
+    sync();
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    if (meta(out)) return;
+    if (out.numel() != in.numel() * size_ || in.dtype() != out.dtype())
+      raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size_,
+                        out.str());
+    check_nccl(ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_,
+                             stream_),
+               "ncclAllGather");
+    sync();
+  }
+
+  void reduce_scatter(const Tensor& in, Tensor& out) override {
+    if (meta(out)) return;
+    if (in.numel() != out.numel() * size_ || in.dtype() != out.dtype())
+      raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size_, out.str());
+    const int64_t n = out.numel();
+    if (in.dtype() == DType::kF32) {
+      check_nccl(ncclReduceScatter(in.raw(), out.raw(), n, ncclFloat32, ncclSum, comm_, stream_),
+                 "ncclReduceScatter");
+    } else {
+      float* acc = scratch(n * (size_ + 1));
+      widen(in, acc, n * size_);
+      check_nccl(ncclReduceScatter(acc, acc + n * size_, n, ncclFloat32, ncclSum, comm_, stream_),
+                 "ncclReduceScatter");
+      narrow(acc + n * size_, out, n);
+    }
+    sync();
+  }
+
+  void broadcast(Tensor& x, int root) override {
+    if (size_ == 1 || meta(x)) return;
+    check_nccl(ncclBroadcast(x.raw(), x.raw(), x.nbytes(), ncclUint8, root, comm_, stream_),
+               "ncclBroadcast");
+    sync();
+  }
+
+  void barrier() override {
+    float* one = scratch(1);
+    check_nccl(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
+    sync();
+  }
+
+ private:
+  static bool meta(const Tensor& t) { return t.raw() == nullptr && t.numel() > 0; }
+
+  float* scratch(int64_t n) {
+    if (!scratch_.defined() || scratch_.numel() < n)
+      scratch_ = Tensor::empty({n}, DType::kF32, MemTag::kComm, alloc_);
+    return scratch_.data<float>();
+  }
+
+  void widen(const Tensor& x, float* out, int64_t n) {
+    if (x.dtype() != DType::kBF16 && x.dtype() != DType::kF16)
+      raise<ShapeError>("NCCL reductions take float tensors, got {}", x.str());
+    widen_to_f32(x.raw(), x.dtype() == DType::kBF16, out, n, stream_);
+  }
+
+  void narrow(const float* in, Tensor& x, int64_t n) {
+    narrow_from_f32(in, x.raw(), x.dtype() == DType::kBF16, n, stream_);
+  }
+
+  // The engine reads results on the host right after a collective; ordering with the compute
+  // stream becomes an event dependency once the CUDA backend owns streams.
+  void sync() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  ncclComm_t comm_;
+  int rank_, size_, device_;
+  Allocator& alloc_;
+  cudaStream_t stream_ = nullptr;
+  Tensor scratch_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(
+    const std::vector<int>& devices, const std::vector<Allocator*>& allocators) {
+  const int n = static_cast<int>(devices.size());
+  if (static_cast<int>(allocators.size()) != n)
+    raise<InvalidArgument>("NCCL group of {} devices with {} allocators", n, allocators.size());
+  std::vector<ncclComm_t> comms(n);
+  check_nccl(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < n; ++r)
+    out.push_back(std::make_unique<NcclCommunicator>(comms[r], r, n, devices[r], *allocators[r]));
+  return out;
+}
+
+}  // namespace mls

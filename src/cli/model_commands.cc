@@ -1,17 +1,21 @@
 #include "cli/model_commands.h"
 
+#include "cli/id_list.h"
+
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "engine/simple_generator.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
 #include "io/safetensors_writer.h"
-#include "model/model.h"
 
 namespace mls::cli {
 namespace {
@@ -20,75 +24,196 @@ struct ModelFlags {
   std::string model;
   std::string device = "cpu";
   std::string load_format = "auto";
+  int tensor_parallel_size = 1;
+  bool sequence_parallel = false;
   std::string prompt_ids;
+};
+
+// Scheduler and KV pool flags (vllm serve names). num_kv_blocks stands in for the memory
+// planner: 0 sizes the pool for the prompts at hand.
+struct EngineFlags {
+  int64_t block_size = 64;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t max_num_seqs = 256;
+  int64_t max_model_len = 0;
+  int64_t num_kv_blocks = 0;
 };
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   cmd->add_option("--model", f.model, "Model directory (config.json + safetensors)")->required();
   cmd->add_option("--device", f.device, "cpu (default) or cuda[:N]");
   cmd->add_option("--load-format", f.load_format, "auto | dummy (random weights from config)");
-  cmd->add_option("--prompt-ids", f.prompt_ids, "Comma-separated token ids, e.g. 3,17,42")
-      ->required();
+  cmd->add_option("--tensor-parallel-size", f.tensor_parallel_size, "Ranks (one device each)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--sequence-parallel", f.sequence_parallel,
+                "Shard tokens across ranks between layers");
 }
 
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i <= s.size()) {
-    const size_t j = std::min(s.find(',', i), s.size());
-    const std::string tok = s.substr(i, j - i);
+void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option("--block-size", f.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "Token budget per step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-seqs", f.max_num_seqs, "Sequences per step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-model-len", f.max_model_len,
+                  "Longest sequence (default: max_position_embeddings, capped to the pool)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--num-kv-blocks", f.num_kv_blocks,
+                  "KV blocks to allocate (default: enough for the given prompts)")
+      ->check(CLI::PositiveNumber);
+}
+
+// One JSON list of token ids per non-empty line.
+std::vector<std::vector<int32_t>> read_prompt_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) raise<IoError>("--prompt-file {}: cannot open", path);
+  std::vector<std::vector<int32_t>> prompts;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      size_t used = 0;
-      const long v = std::stol(tok, &used);
-      if (used != tok.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(tok);
-      ids.push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
-      raise<InvalidArgument>("--prompt-ids: '{}' is not a token id (expected e.g. 3,17,42)", tok);
+      prompts.push_back(nlohmann::json::parse(line).get<std::vector<int32_t>>());
+    } catch (const nlohmann::json::exception& e) {
+      raise<InvalidArgument>("--prompt-file {}:{}: expected a JSON list of token ids ({})", path, n,
+                             e.what());
     }
-    i = j + 1;
   }
-  return ids;
+  if (prompts.empty()) raise<InvalidArgument>("--prompt-file {}: no prompts", path);
+  return prompts;
 }
 
-std::unique_ptr<Model> load_model(const ModelFlags& f) {
-  const Device dev = parse_device(f.device);
-  if (!dev.is_cpu()) raise<Unsupported>("--device {}: this build runs on the cpu only", f.device);
-  LoadOptions opts;
-  opts.format = parse_load_format(f.load_format);
-  return Model::load(f.model, opts);
+std::unique_ptr<ModelRunner> load_runner(const ModelFlags& f) {
+  return std::make_unique<ModelRunner>(
+      RunnerOptions{.model = f.model,
+                    .load_format = parse_load_format(f.load_format),
+                    .tensor_parallel_size = f.tensor_parallel_size,
+                    .sequence_parallel = f.sequence_parallel,
+                    .device = parse_device(f.device)});
 }
 
-void run_logits(const ModelFlags& f, const std::string& out) {
-  const std::vector<int32_t> ids = parse_ids(f.prompt_ids);
-  std::unique_ptr<Model> model = load_model(f);
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+void run_logits(const ModelFlags& f, const EngineFlags& e, const std::string& out) {
+  const std::vector<int32_t> ids = parse_id_list(f.prompt_ids, "--prompt-ids");
+  std::unique_ptr<ModelRunner> runner = load_runner(f);
   const auto n = static_cast<int64_t>(ids.size());
-  KvCache kv = KvCache::allocate(model->config(), 1, n, model->allocator());
+  const int64_t mml =
+      e.max_model_len > 0 ? e.max_model_len : runner->config().max_position_embeddings;
+  if (n > mml)
+    raise<InvalidArgument>("--prompt-ids has {} tokens, more than max_model_len {}", n, mml);
+  const int64_t blocks = std::max(e.num_kv_blocks, ceil_div(n, e.block_size));
+  runner->allocate_kv_cache(blocks, e.block_size);
+  const int64_t vocab = runner->config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(n * vocab));
   ForwardBatch batch;
-  batch.token_ids = ids;
-  batch.seqs.push_back({.num_cached = 0,
-                        .num_new = n,
-                        .block_table = {0},
-                        .logits = SequenceChunk::Logits::kAll});
-  Tensor logits = model->forward(batch, kv);
-  const io::TensorData td{"logits",
-                          "F32",
-                          {logits.dim(0), logits.dim(1)},
-                          {static_cast<const std::byte*>(logits.raw()), logits.nbytes()}};
+  batch.seqs.resize(1);
+  SequenceChunk& sc = batch.seqs[0];
+  for (int64_t b = 0; b < ceil_div(n, e.block_size); ++b)
+    sc.block_table.push_back(static_cast<int32_t>(b));
+  sc.prompt_len = n;
+  sc.logits = SequenceChunk::Logits::kAll;
+  // The prompt runs in chunks of the step budget, as the engine would prefill it.
+  for (int64_t done = 0; done < n; done += sc.num_new) {
+    sc.num_cached = done;
+    sc.num_new = std::min(e.max_num_batched_tokens, n - done);
+    batch.token_ids.assign(ids.begin() + done, ids.begin() + done + sc.num_new);
+    const Tensor part = runner->forward(batch);
+    std::copy(part.data<float>(), part.data<float>() + part.numel(), logits.begin() + done * vocab);
+  }
+  const io::TensorData td{
+      "logits",
+      "F32",
+      {n, vocab},
+      {reinterpret_cast<const std::byte*>(logits.data()), logits.size() * sizeof(float)}};
   io::write_safetensors(out, std::span(&td, 1));
 }
 
-void run_generate(const ModelFlags& f, int64_t max_tokens, double temperature, bool json) {
-  if (temperature != 0.0)
-    raise<InvalidArgument>("generate: only --temperature 0 (greedy) is supported here; sampling "
-                           "runs in the serving engine");
-  const std::vector<int32_t> ids = parse_ids(f.prompt_ids);
-  std::unique_ptr<Model> model = load_model(f);
-  GreedyResult r = generate_greedy(*model, ids, max_tokens, model->config().eos_token_ids);
-  if (json) {
-    std::printf("%s\n", nlohmann::json{{"output_ids", r.output_ids}}.dump().c_str());
-  } else {
-    std::printf("%s\n", fmt::format("{}", fmt::join(r.output_ids, ",")).c_str());
+struct GenerateFlags {
+  std::string prompt_file;
+  int64_t max_tokens = 16;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  int64_t seed = -1;
+  bool ignore_eos = false;
+  bool json = false;
+};
+
+void run_generate(const ModelFlags& f, const EngineFlags& e, const GenerateFlags& g) {
+  if (f.prompt_ids.empty() == g.prompt_file.empty())
+    raise<InvalidArgument>("generate: give exactly one of --prompt-ids and --prompt-file");
+  const std::vector<std::vector<int32_t>> prompts =
+      g.prompt_file.empty()
+          ? std::vector<std::vector<int32_t>>{parse_id_list(f.prompt_ids, "--prompt-ids")}
+          : read_prompt_file(g.prompt_file);
+  std::unique_ptr<ModelRunner> runner = load_runner(f);
+  const int64_t mml =
+      e.max_model_len > 0 ? e.max_model_len : runner->config().max_position_embeddings;
+  int64_t blocks = e.num_kv_blocks;
+  if (blocks == 0) {
+    for (const auto& p : prompts)
+      blocks +=
+          ceil_div(std::min(mml, static_cast<int64_t>(p.size()) + g.max_tokens), e.block_size);
+    blocks = std::min(blocks, e.max_num_seqs * ceil_div(mml, e.block_size));
+    if (e.max_model_len > 0) blocks = std::max(blocks, ceil_div(e.max_model_len, e.block_size));
   }
+  runner->allocate_kv_cache(blocks, e.block_size);
+  Engine engine(*runner, {.max_num_batched_tokens = e.max_num_batched_tokens,
+                          .max_num_seqs = e.max_num_seqs,
+                          .max_model_len = e.max_model_len});
+
+  SamplingParams sp;
+  sp.max_tokens = g.max_tokens;
+  sp.temperature = g.temperature;
+  sp.top_p = g.top_p;
+  sp.top_k = g.top_k;
+  if (g.seed >= 0) sp.seed = static_cast<uint64_t>(g.seed);
+  sp.ignore_eos = g.ignore_eos;
+  std::vector<std::vector<int32_t>> outputs(prompts.size());
+  std::vector<FinishReason> finish(prompts.size());
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    engine.add_request({.id = std::to_string(i),
+                        .prompt_ids = prompts[i],
+                        .params = sp,
+                        .on_token = [&outputs, &finish, i](const TokenEvent& ev) {
+                          if (ev.token_id >= 0) outputs[i].push_back(ev.token_id);
+                          finish[i] = ev.finish;
+                          return Verdict::kContinue;
+                        }});
+  while (engine.step()) {
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  const EngineStats st = engine.stats();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (!g.json)
+      std::printf("%s\n", fmt::format("{}", fmt::join(outputs[i], ",")).c_str());
+    else if (g.prompt_file.empty())
+      std::printf("%s\n", nlohmann::json{{"output_ids", outputs[i]}}.dump().c_str());
+    else
+      std::printf("%s\n", nlohmann::json{{"output_ids", outputs[i]},
+                                         {"finish_reason", finish_reason_name(finish[i])}}
+                              .dump()
+                              .c_str());
+  }
+  if (g.prompt_file.empty()) return;
+  const auto total = static_cast<double>(st.prompt_tokens + st.generation_tokens);
+  const nlohmann::json summary{
+      {"throughput",
+       {{"requests_per_s", static_cast<double>(prompts.size()) / elapsed},
+        {"output_tokens_per_s", static_cast<double>(st.generation_tokens) / elapsed},
+        {"total_tokens_per_s", total / elapsed},
+        {"elapsed_s", elapsed},
+        {"prompt_tokens", st.prompt_tokens},
+        {"output_tokens", st.generation_tokens},
+        {"num_kv_blocks", blocks},
+        {"block_size", e.block_size},
+        {"kv_cache_bytes", runner->allocator(0).stats().cur(MemTag::kKv)},
+        {"preemptions", st.num_preemptions}}}};
+  std::fprintf(g.json ? stdout : stderr, "%s\n", summary.dump().c_str());
 }
 
 }  // namespace
@@ -96,24 +221,38 @@ void run_generate(const ModelFlags& f, int64_t max_tokens, double temperature, b
 void add_model_commands(CLI::App& app) {
   {
     auto flags = std::make_shared<ModelFlags>();
+    auto engine = std::make_shared<EngineFlags>();
     auto out = std::make_shared<std::string>();
     CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position");
     add_model_flags(cmd, *flags);
+    add_engine_flags(cmd, *engine);
+    cmd->add_option("--prompt-ids", flags->prompt_ids, "Comma-separated token ids, e.g. 3,17,42")
+        ->required();
     cmd->add_option("--out", *out, "Output .safetensors (one f32 tensor `logits` [T, vocab])")
         ->required();
-    cmd->callback([flags, out] { run_logits(*flags, *out); });
+    cmd->callback([flags, engine, out] { run_logits(*flags, *engine, *out); });
   }
   {
     auto flags = std::make_shared<ModelFlags>();
-    auto max_tokens = std::make_shared<int64_t>(16);
-    auto temperature = std::make_shared<double>(0.0);
-    auto json = std::make_shared<bool>(false);
+    auto engine = std::make_shared<EngineFlags>();
+    auto gen = std::make_shared<GenerateFlags>();
     CLI::App* cmd = app.add_subcommand("generate", "Generate from token ids");
     add_model_flags(cmd, *flags);
-    cmd->add_option("--max-tokens", *max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
-    cmd->add_option("--temperature", *temperature, "0 = greedy");
-    cmd->add_flag("--json", *json, "Print one JSON object");
-    cmd->callback([=] { run_generate(*flags, *max_tokens, *temperature, *json); });
+    add_engine_flags(cmd, *engine);
+    cmd->add_option("--prompt-ids", flags->prompt_ids, "Comma-separated token ids, e.g. 3,17,42");
+    cmd->add_option("--prompt-file", gen->prompt_file,
+                    "One JSON list of token ids per line, run as one batch");
+    cmd->add_option("--max-tokens", gen->max_tokens, "Tokens to generate")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--temperature", gen->temperature, "0 = greedy (default)");
+    cmd->add_option("--top-p", gen->top_p, "Nucleus mass in (0, 1]");
+    cmd->add_option("--top-k", gen->top_k, "Keep the k most likely tokens (0: all)");
+    cmd->add_option("--seed", gen->seed, "Sampling seed (default: random)");
+    cmd->add_flag("--ignore-eos", gen->ignore_eos, "Do not stop at the EOS token");
+    cmd->add_flag("--json", gen->json,
+                  "JSON output: one object per prompt (and a throughput summary for "
+                  "--prompt-file)");
+    cmd->callback([flags, engine, gen] { run_generate(*flags, *engine, *gen); });
   }
 }
 

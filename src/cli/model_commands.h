@@ -1,4 +1,6 @@
-// `logits` and `generate`: run a checkpoint from the command line.
+// `logits` and `generate`: run a checkpoint from the command line through the ModelRunner
+// (paged KV cache, tensor-parallel ranks); `generate` runs its prompts as one batch through the
+// serving engine.
 #pragma once
 
 #include <CLI/CLI.hpp>

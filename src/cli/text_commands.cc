@@ -1,5 +1,7 @@
 #include "cli/text_commands.h"
 
+#include "cli/id_list.h"
+
 #include <climits>
 #include <iostream>
 #include <memory>
@@ -35,25 +37,6 @@ struct ChatTemplateOptions {
   std::string chat_template;
 };
 
-std::vector<int32_t> parse_ids(const std::string& list) {
-  std::vector<int32_t> ids;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    const std::string item = list.substr(start, comma - start);
-    try {
-      size_t used = 0;
-      const long v = std::stol(item, &used);
-      if (used != item.size() || v < INT32_MIN || v > INT32_MAX) throw std::invalid_argument(item);
-      ids.push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
-      raise<InvalidArgument>("--ids: '{}' is not an integer token id", item);
-    }
-    start = comma + 1;
-  }
-  return ids;
-}
-
 void run_tokenize(const TokenizeOptions& o) {
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(o.model);
   const auto ids = tokenizer.encode(tok::read_text_file(o.text_file), o.add_special_tokens);
@@ -67,7 +50,7 @@ void run_tokenize(const TokenizeOptions& o) {
 
 void run_detokenize(const DetokenizeOptions& o) {
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(o.model);
-  const std::string text = tokenizer.decode(parse_ids(o.ids), o.skip_special_tokens);
+  const std::string text = tokenizer.decode(parse_id_list(o.ids, "--ids"), o.skip_special_tokens);
   if (o.json)
     std::cout << nlohmann::json{{"text", text}}.dump() << "\n";
   else

@@ -9,11 +9,16 @@ namespace mls {
 
 std::string_view mem_tag_name(MemTag t) {
   switch (t) {
-    case MemTag::kWeights: return "weights";
-    case MemTag::kKv: return "kv";
-    case MemTag::kActivation: return "activation";
-    case MemTag::kWorkspace: return "workspace";
-    case MemTag::kComm: return "comm";
+    case MemTag::kWeights:
+      return "weights";
+    case MemTag::kKv:
+      return "kv";
+    case MemTag::kActivation:
+      return "activation";
+    case MemTag::kWorkspace:
+      return "workspace";
+    case MemTag::kComm:
+      return "comm";
   }
   return "?";
 }
@@ -22,10 +27,10 @@ void Allocator::account(MemTag tag, int64_t delta) {
   const int i = static_cast<int>(tag);
   std::lock_guard lock(mu_);
   if (delta > 0 && limit_ >= 0 && stats_.current_total + delta > limit_) {
-    throw OutOfMemory(fmt::format("{}: allocating {} bytes of {} would exceed the limit of {} "
-                                  "bytes ({} in use)",
-                                  device().str(), delta, mem_tag_name(tag), limit_,
-                                  stats_.current_total));
+    throw OutOfMemory(
+        fmt::format("{}: allocating {} bytes of {} would exceed the limit of {} "
+                    "bytes ({} in use)",
+                    device().str(), delta, mem_tag_name(tag), limit_, stats_.current_total));
   }
   stats_.current[i] += delta;
   stats_.current_total += delta;
@@ -71,7 +76,9 @@ void* CpuAllocator::raw_allocate(size_t bytes) {
   return p;
 }
 
-void CpuAllocator::raw_deallocate(void* p) { std::free(p); }
+void CpuAllocator::raw_deallocate(void* p) {
+  std::free(p);
+}
 
 Allocator& default_allocator() {
   static CpuAllocator a;

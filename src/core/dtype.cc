@@ -10,31 +10,47 @@ namespace mls {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kFP8E4M3: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kFP8E4M3:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   throw InternalError("bad dtype");
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kFP8E4M3: return "fp8_e4m3";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kFP8E4M3:
+      return "fp8_e4m3";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
   }
   return "?";
 }
 
-bool dtype_is_float(DType t) { return t != DType::kI32 && t != DType::kI64; }
+bool dtype_is_float(DType t) {
+  return t != DType::kI32 && t != DType::kI64;
+}
 
-float bf16_to_f32(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
+float bf16_to_f32(uint16_t v) {
+  return std::bit_cast<float>(static_cast<uint32_t>(v) << 16);
+}
 
 uint16_t f32_to_bf16(float v) {
   uint32_t u = std::bit_cast<uint32_t>(v);
@@ -60,8 +76,8 @@ float f16_to_f32(uint16_t v) {
 static float round_to_format(float x, int man_bits, int min_exp) {
   if (x == 0.0f) return 0.0f;
   int e;
-  std::frexp(x, &e);  // x = f * 2^e, f in [0.5, 1)
-  e -= 1;             // x = 1.m * 2^e
+  std::frexp(x, &e);             // x = f * 2^e, f in [0.5, 1)
+  e -= 1;                        // x = 1.m * 2^e
   if (e < min_exp) e = min_exp;  // subnormal range: fixed quantum
   const float quantum = std::ldexp(1.0f, e - man_bits);
   return std::nearbyint(x / quantum) * quantum;  // default rounding mode is to nearest even

@@ -56,9 +56,9 @@ template <class E = Error, class... Args>
 }  // namespace mls
 
 // Checks an internal invariant; failure is a bug, reported with the source location.
-#define MLS_CHECK(cond, ...)                                                               \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      throw ::mls::InternalError(fmt::format("{}:{}: check failed: {}: {}", __FILE__,      \
-                                             __LINE__, #cond, fmt::format(__VA_ARGS__))); \
+#define MLS_CHECK(cond, ...)                                                                    \
+  do {                                                                                          \
+    if (!(cond))                                                                                \
+      throw ::mls::InternalError(fmt::format("{}:{}: check failed: {}: {}", __FILE__, __LINE__, \
+                                             #cond, fmt::format(__VA_ARGS__)));                 \
   } while (0)

@@ -98,8 +98,7 @@ bool Tensor::is_contiguous() const {
 
 Tensor Tensor::view(const Shape& shape) const {
   if (!is_contiguous()) raise<ShapeError>("view of non-contiguous tensor {}", str());
-  if (shape.numel() != numel())
-    raise<ShapeError>("cannot view {} as {}", str(), shape.str());
+  if (shape.numel() != numel()) raise<ShapeError>("cannot view {} as {}", str(), shape.str());
   Tensor t = *this;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
@@ -155,7 +154,9 @@ Tensor Tensor::unsqueeze(int dim) const {
   return t;
 }
 
-std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_.str(); }
+std::string Tensor::str() const {
+  return std::string(dtype_name(dtype_)) + shape_.str();
+}
 
 void Tensor::check_type(size_t elem_size) const {
   if (elem_size != dtype_size(dtype_))

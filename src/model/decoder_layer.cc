@@ -40,30 +40,34 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
 
   Tensor h = Tensor::empty({L, H}, DType::kF32, act, a);
   ops::rms_norm(x, w.input_norm, eps, h);
-  Tensor a_local = Tensor::empty({L, w.fused_a.dim(0)}, DType::kF32, act, a);
-  ops::linear(h, w.fused_a, a_local);
-  const Tensor proj = gather_from_layout(a_local, layout, step, par, a);
-  MLS_CHECK(proj.dim(0) == N, "fused projection has {} rows for {} tokens", proj.dim(0), N);
-  // Without q_lora, q_proj is column-parallel over the full layer input.
-  const Tensor h_all = c.q_lora_rank > 0 ? Tensor() : gather_from_layout(h, layout, step, par, a);
+  {
+    // Attention half. Its intermediates (the gathered projection, q, the indexer's output)
+    // are released at the end of this block, before the MLP allocates.
+    Tensor a_local = Tensor::empty({L, w.fused_a.dim(0)}, DType::kF32, act, a);
+    ops::linear(h, w.fused_a, a_local);
+    const Tensor proj = gather_from_layout(a_local, layout, step, par, a);
+    MLS_CHECK(proj.dim(0) == N, "fused projection has {} rows for {} tokens", proj.dim(0), N);
+    // Without q_lora, q_proj is column-parallel over the full layer input.
+    const Tensor h_all = c.q_lora_rank > 0 ? Tensor() : gather_from_layout(h, layout, step, par, a);
 
-  MlaAttention mla(c, k, layer);
-  Tensor q, q_resid;
-  mla.project(w, step, kv.latent[layer], proj, h_all, q, q_resid);
-  switch (c.layer_indexer[layer]) {
-    case io::IndexerKind::kFull:
-      chosen = dsa_indexer(c, k, layer, w, step, kv.index_key[layer], proj, q_resid);
-      break;
-    case io::IndexerKind::kShared:
-      break;  // reuse the most recent full layer's selection
-    case io::IndexerKind::kNone:
-      chosen.clear();
-      break;
+    MlaAttention mla(c, k, layer);
+    Tensor q, q_resid;
+    mla.project(w, step, kv.latent[layer], proj, h_all, q, q_resid);
+    switch (c.layer_indexer[layer]) {
+      case io::IndexerKind::kFull:
+        chosen = dsa_indexer(c, k, layer, w, step, kv.index_key[layer], proj, q_resid);
+        break;
+      case io::IndexerKind::kShared:
+        break;  // reuse the most recent full layer's selection
+      case io::IndexerKind::kNone:
+        chosen.clear();
+        break;
+    }
+    Tensor attn = mla.attend(w, step, kv.latent[layer], q, chosen);
+    Tensor attn_local = reduce_into_layout(attn, par, layout, a);
+    layout.expect(attn_local, "attention output");
+    ops::add(x, attn_local, x);
   }
-  Tensor attn = mla.attend(w, step, kv.latent[layer], q, chosen);
-  Tensor attn_local = reduce_into_layout(attn, par, layout, a);
-  layout.expect(attn_local, "attention output");
-  ops::add(x, attn_local, x);
 
   ops::rms_norm(x, w.post_attention_norm, eps, h);
   const Tensor h_mlp = gather_from_layout(h, layout, step, par, a);

@@ -10,8 +10,8 @@
 namespace mls {
 
 std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t layer,
-                                const LayerWeights& w, const StepContext& step,
-                                Tensor& index_cache, const Tensor& proj, const Tensor& q_resid) {
+                                const LayerWeights& w, const StepContext& step, Tensor& index_cache,
+                                const Tensor& proj, const Tensor& q_resid) {
   Allocator& a = *step.alloc;
   const int64_t N = proj.dim(0), hi = c.index_n_heads, di = c.index_head_dim;
   const FusedAColumns cols = FusedAColumns::of(c, layer);

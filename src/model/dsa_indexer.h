@@ -15,7 +15,7 @@ namespace mls {
 // q_a_layernorm output [N, rq]. Writes the new tokens' indexer keys into the cache and returns,
 // per sequence, chosen i32 [num_new, topk].
 std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t layer,
-                                const LayerWeights& w, const StepContext& step,
-                                Tensor& index_cache, const Tensor& a, const Tensor& q_resid);
+                                const LayerWeights& w, const StepContext& step, Tensor& index_cache,
+                                const Tensor& a, const Tensor& q_resid);
 
 }  // namespace mls

@@ -5,7 +5,7 @@ namespace mls {
 int64_t ForwardBatch::num_logit_rows() const {
   int64_t n = 0;
   for (const auto& s : seqs)
-    n += s.logits == SequenceChunk::Logits::kAll ? s.num_new
+    n += s.logits == SequenceChunk::Logits::kAll    ? s.num_new
          : s.logits == SequenceChunk::Logits::kLast ? 1
                                                     : 0;
   return n;

@@ -16,10 +16,10 @@ KvCache KvCache::allocate(const io::ModelConfig& c, int64_t num_blocks, int64_t 
   for (int64_t L = 0; L < c.num_hidden_layers; ++L) {
     kv.latent.push_back(Tensor::zeros({slots, c.kv_lora_rank + c.qk_rope_head_dim}, DType::kF32,
                                       MemTag::kKv, alloc));
-    kv.index_key.push_back(c.layer_indexer[L] == io::IndexerKind::kFull
-                               ? Tensor::zeros({slots, c.index_head_dim}, DType::kF32,
-                                               MemTag::kKv, alloc)
-                               : Tensor());
+    kv.index_key.push_back(
+        c.layer_indexer[L] == io::IndexerKind::kFull
+            ? Tensor::zeros({slots, c.index_head_dim}, DType::kF32, MemTag::kKv, alloc)
+            : Tensor());
   }
   return kv;
 }

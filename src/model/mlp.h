@@ -6,7 +6,12 @@
 
 namespace mls {
 
-// out [T, H] = MLP(x [T, H]); accumulate adds into out instead.
+// out [T, H] = MLP(x [T, H]), using caller-provided gate/up buffers of at least [T, I] rows
+// (views are fine); accumulate adds into out instead.
+void mlp_forward_into(const MlpWeights& w, const Tensor& x, Tensor& out, Tensor gate, Tensor up,
+                      bool accumulate = false);
+
+// Same, allocating the gate/up buffers (tag activation).
 void mlp_forward(const MlpWeights& w, const Tensor& x, Tensor& out, Allocator& alloc,
                  bool accumulate = false);
 

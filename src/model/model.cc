@@ -19,14 +19,16 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
     ckpt = io::Checkpoint::open(dir);
     if (config.quant.fp8) ckpt->set_fp8_block_size(config.quant.block_n, config.quant.block_k);
   }
-  ModelWeights w =
-      load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc);
+  ModelWeights w = load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc);
   return std::make_unique<Model>(std::move(config), std::move(w), opts.parallel, alloc);
 }
 
 Model::Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par,
              Allocator& alloc)
-    : config_(std::move(config)), w_(std::move(weights)), par_(par), alloc_(&alloc),
+    : config_(std::move(config)),
+      w_(std::move(weights)),
+      par_(par),
+      alloc_(&alloc),
       k_(ModelConstants::make(config_, par_)) {
   if (par_.tp_size > 1 && !par_.comm)
     raise<InternalError>("tensor parallelism of {} without a communicator", par_.tp_size);

@@ -28,8 +28,7 @@ using ForwardObserver = std::function<void(std::string_view name, const Tensor& 
 class Model {
  public:
   static std::unique_ptr<Model> load(const std::filesystem::path& dir, const LoadOptions& opts);
-  Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par,
-        Allocator& alloc);
+  Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par, Allocator& alloc);
 
   const io::ModelConfig& config() const { return config_; }
   const ParallelContext& parallel() const { return par_; }

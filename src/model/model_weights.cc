@@ -75,8 +75,7 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
                    Tensor* dest) {
     t.push_back({std::move(name), shape, {}, {}, shape, dest, group, row});
   };
-  auto mlp = [&](const std::string& pre, int64_t inter, int64_t start, int64_t len,
-                 MlpWeights& m) {
+  auto mlp = [&](const std::string& pre, int64_t inter, int64_t start, int64_t len, MlpWeights& m) {
     by_rows(pre + "gate_proj.weight", {inter, H}, start, len, &m.gate);
     by_rows(pre + "up_proj.weight", {inter, H}, start, len, &m.up);
     by_cols(pre + "down_proj.weight", {H, inter}, start, len, &m.down);
@@ -191,9 +190,9 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
           Tensor::empty({rows, spec.local_shape[1]}, DType::kF32, MemTag::kWeights, alloc);
     }
   for (const WeightSpec& spec : table) {
-    *spec.dest = spec.group ? spec.group->narrow(0, spec.group_row, spec.local_shape[0])
-                            : Tensor::empty(Shape(spec.local_shape), DType::kF32,
-                                            MemTag::kWeights, alloc);
+    *spec.dest = spec.group
+                     ? spec.group->narrow(0, spec.group_row, spec.local_shape[0])
+                     : Tensor::empty(Shape(spec.local_shape), DType::kF32, MemTag::kWeights, alloc);
     float* out = spec.dest->data<float>();
     if (!out) continue;  // meta allocator: sizes only
     const int64_t n = spec.dest->numel();

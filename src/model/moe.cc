@@ -23,35 +23,34 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
                       static_cast<float>(c.routed_scaling_factor)};
   ops::moe_route(logits, w.router_bias, ra, ids, weights);
 
-  // The busiest expert can take every token: size the gather buffers for T rows once.
+  // The busiest expert can take every token: gather and gate/up buffers are sized for T rows
+  // once, so real runs and meta-mode traces allocate exactly the same bytes.
+  const int64_t I = w.experts[0].gate.dim(0);
   Tensor xin = Tensor::empty({T, H}, DType::kF32, act, alloc);
   Tensor y = Tensor::empty({T, H}, DType::kF32, act, alloc);
+  Tensor gate = Tensor::empty({T, I}, DType::kF32, act, alloc);
+  Tensor up = Tensor::empty({T, I}, DType::kF32, act, alloc);
   if (out.raw()) std::memset(out.data<float>(), 0, out.nbytes());
-  if (!ids.raw()) {
-    // Meta mode (allocation tracing): routing is unknown, so trace the worst case, one expert
-    // taking every token.
-    mlp_forward(w.experts[0], xin, y, alloc);
-    if (c.n_shared_experts > 0) mlp_forward(w.shared, x, out, alloc, true);
-    return;
-  }
-  std::vector<std::vector<std::pair<int64_t, float>>> routed(E);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < K; ++i)
-      routed[ids.data<int32_t>()[t * K + i]].push_back({t, weights.data<float>()[t * K + i]});
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& list = routed[e];
-    const int64_t n = static_cast<int64_t>(list.size());
-    if (n == 0) continue;
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(xin.data<float>() + i * H, x.data<float>() + list[i].first * x.stride(0),
-                  H * sizeof(float));
-    Tensor ye = y.narrow(0, 0, n);
-    mlp_forward(w.experts[e], xin.narrow(0, 0, n), ye, alloc);
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = out.data<float>() + list[i].first * out.stride(0);
-      const float* src = y.data<float>() + i * H;
-      const float wt = list[i].second;
-      for (int64_t d = 0; d < H; ++d) dst[d] += src[d] * wt;
+  if (ids.raw()) {
+    std::vector<std::vector<std::pair<int64_t, float>>> routed(E);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < K; ++i)
+        routed[ids.data<int32_t>()[t * K + i]].push_back({t, weights.data<float>()[t * K + i]});
+    for (int64_t e = 0; e < E; ++e) {
+      const auto& list = routed[e];
+      const int64_t n = static_cast<int64_t>(list.size());
+      if (n == 0) continue;
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(xin.data<float>() + i * H, x.data<float>() + list[i].first * x.stride(0),
+                    H * sizeof(float));
+      Tensor ye = y.narrow(0, 0, n);
+      mlp_forward_into(w.experts[e], xin.narrow(0, 0, n), ye, gate, up);
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = out.data<float>() + list[i].first * out.stride(0);
+        const float* src = y.data<float>() + i * H;
+        const float wt = list[i].second;
+        for (int64_t d = 0; d < H; ++d) dst[d] += src[d] * wt;
+      }
     }
   }
   if (c.n_shared_experts > 0) mlp_forward(w.shared, x, out, alloc, true);

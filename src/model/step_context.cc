@@ -13,7 +13,8 @@ ModelConstants ModelConstants::make(const io::ModelConfig& c, const ParallelCont
   rp.theta = c.rope.theta;
   rp.yarn = c.rope.type == "yarn";
   rp.factor = c.rope.factor;
-  rp.original_max_position_embeddings = static_cast<double>(c.rope.original_max_position_embeddings);
+  rp.original_max_position_embeddings =
+      static_cast<double>(c.rope.original_max_position_embeddings);
   rp.beta_fast = c.rope.beta_fast;
   rp.beta_slow = c.rope.beta_slow;
   // transformers treats an mscale of 0 as absent.
@@ -24,7 +25,8 @@ ModelConstants ModelConstants::make(const io::ModelConfig& c, const ParallelCont
   if (rp.yarn && rp.original_max_position_embeddings <= 0)
     rp.original_max_position_embeddings = static_cast<double>(c.max_position_embeddings);
   k.rope = ops::RopeTable(rp, static_cast<int>(c.qk_rope_head_dim));
-  k.mla_rope_style = c.mla_rope_interleaved ? ops::RopeStyle::kInterleaved : ops::RopeStyle::kHalfSplit;
+  k.mla_rope_style =
+      c.mla_rope_interleaved ? ops::RopeStyle::kInterleaved : ops::RopeStyle::kHalfSplit;
   k.indexer_rope_style =
       c.indexer_rope_interleaved ? ops::RopeStyle::kInterleaved : ops::RopeStyle::kHalfSplit;
   double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_head_dim()));
@@ -58,8 +60,7 @@ StepContext::StepContext(const ForwardBatch& b, int64_t bs, Allocator& a)
       slots[row] = slot(s, p);
     }
   }
-  if (row != N)
-    raise<InternalError>("batch lists {} tokens but its sequences cover {}", N, row);
+  if (row != N) raise<InternalError>("batch lists {} tokens but its sequences cover {}", N, row);
 }
 
 Tensor StepContext::gather_cache(size_t s, const Tensor& cache, int64_t n, MemTag tag) const {
@@ -67,8 +68,7 @@ Tensor StepContext::gather_cache(size_t s, const Tensor& cache, int64_t n, MemTa
   Tensor out = Tensor::empty({n, w}, DType::kF32, tag, *alloc);
   if (!out.raw()) return out;
   for (int64_t p = 0; p < n; ++p)
-    std::memcpy(out.data<float>() + p * w, cache.data<float>() + slot(s, p) * w,
-                w * sizeof(float));
+    std::memcpy(out.data<float>() + p * w, cache.data<float>() + slot(s, p) * w, w * sizeof(float));
   return out;
 }
 

@@ -194,7 +194,9 @@ Routed route(const std::vector<float>& logits, const std::vector<float>& bias, R
   return r;
 }
 
-float sig(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sig(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
 
 TEST(MoeRouting, BiasChoosesUnbiasedWeights) {
   // Expert 0 has the best raw score but a bias that drops it; the weights stay unbiased.

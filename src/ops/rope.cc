@@ -6,7 +6,9 @@
 
 namespace mls::ops {
 
-double yarn_mscale(double scale, double a) { return scale <= 1.0 ? 1.0 : 0.1 * a * std::log(scale) + 1.0; }
+double yarn_mscale(double scale, double a) {
+  return scale <= 1.0 ? 1.0 : 0.1 * a * std::log(scale) + 1.0;
+}
 
 std::vector<float> rope_inv_freq(const RopeParamsF& p, int dim) {
   const int half = dim / 2;
@@ -14,8 +16,8 @@ std::vector<float> rope_inv_freq(const RopeParamsF& p, int dim) {
   // transformers: base ** (arange(0, dim, 2).float() / dim), all in fp32.
   std::vector<float> pos_freqs(half);
   for (int i = 0; i < half; ++i)
-    pos_freqs[i] = std::pow(static_cast<float>(p.theta),
-                            static_cast<float>(2 * i) / static_cast<float>(dim));
+    pos_freqs[i] =
+        std::pow(static_cast<float>(p.theta), static_cast<float>(2 * i) / static_cast<float>(dim));
   if (!p.yarn) {
     for (int i = 0; i < half; ++i) inv[i] = 1.0f / pos_freqs[i];
     return inv;
@@ -48,7 +50,8 @@ double rope_attention_scaling(const RopeParamsF& p) {
 }
 
 RopeTable::RopeTable(const RopeParamsF& p, int dim)
-    : dim_(dim), inv_freq_(rope_inv_freq(p, dim)),
+    : dim_(dim),
+      inv_freq_(rope_inv_freq(p, dim)),
       scaling_(static_cast<float>(rope_attention_scaling(p))) {}
 
 }  // namespace mls::ops

@@ -137,7 +137,7 @@ std::vector<std::unique_ptr<Communicator>> make_in_process_group(
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < size; ++r) {
     Allocator* a = r < static_cast<int>(allocators.size()) && allocators[r] ? allocators[r]
-                                                                             : &default_allocator();
+                                                                            : &default_allocator();
     out.push_back(std::make_unique<InProcessCommunicator>(shared, r, *a));
   }
   return out;

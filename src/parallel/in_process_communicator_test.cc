@@ -18,7 +18,9 @@ void run_ranks(int n, const std::function<void(int, Communicator&)>& fn) {
   for (auto& t : threads) t.join();
 }
 
-float value(int rank, int64_t i) { return static_cast<float>(rank * 1000 + i) * 0.5f; }
+float value(int rank, int64_t i) {
+  return static_cast<float>(rank * 1000 + i) * 0.5f;
+}
 
 class Collectives : public ::testing::TestWithParam<std::tuple<int, DType>> {};
 

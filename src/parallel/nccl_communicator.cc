@@ -18,12 +18,18 @@ void check_nccl(ncclResult_t r, const char* what) {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kFP8E4M3: return ncclUint8;  // moved, never reduced
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kFP8E4M3:
+      return ncclUint8;  // moved, never reduced
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
   }
   return ncclUint8;
 }
@@ -52,8 +58,7 @@ class NcclCommunicator final : public Communicator {
     } else {
       float* acc = scratch(n);
       widen(x, acc, n);
-      check_nccl(ncclAllReduce(acc, acc, n, ncclFloat32, ncclSum, comm_, stream_),
-                 "ncclAllReduce");
+      check_nccl(ncclAllReduce(acc, acc, n, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
       narrow(acc, x, n);
     }
     sync();
@@ -62,11 +67,10 @@ class NcclCommunicator final : public Communicator {
   void all_gather(const Tensor& in, Tensor& out) override {
     if (meta(out)) return;
     if (out.numel() != in.numel() * size_ || in.dtype() != out.dtype())
-      raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size_,
-                        out.str());
-    check_nccl(ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_,
-                             stream_),
-               "ncclAllGather");
+      raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size_, out.str());
+    check_nccl(
+        ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, stream_),
+        "ncclAllGather");
     sync();
   }
 

@@ -13,7 +13,7 @@ namespace mls {
 
 // One process, one thread per GPU: rank r uses device devices[r] and allocators[r] (tag comm
 // for its fp32 scratch).
-std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices,
-                                                           const std::vector<Allocator*>& allocators);
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(
+    const std::vector<int>& devices, const std::vector<Allocator*>& allocators);
 
 }  // namespace mls

@@ -20,7 +20,9 @@ __global__ void from_f32(const float* in, T* out, int64_t n) {
   if (i < n) out[i] = static_cast<T>(in[i]);
 }
 
-unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+unsigned blocks(int64_t n) {
+  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
+}
 
 }  // namespace
 

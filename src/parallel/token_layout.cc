@@ -19,10 +19,11 @@ TokenLayout TokenLayout::sharded(int64_t tokens, int tp, int rank) {
 
 void TokenLayout::expect(const Tensor& x, const char* what) const {
   if (x.dim(0) != local_rows())
-    raise<InternalError>("{}: token dimension {} but the {} layout of T={} (padded {}, tp={}) "
-                         "holds {} rows on rank {}",
-                         what, x.dim(0), is_sharded() ? "sharded" : "replicated", tokens, padded,
-                         tp, local_rows(), rank);
+    raise<InternalError>(
+        "{}: token dimension {} but the {} layout of T={} (padded {}, tp={}) "
+        "holds {} rows on rank {}",
+        what, x.dim(0), is_sharded() ? "sharded" : "replicated", tokens, padded, tp, local_rows(),
+        rank);
 }
 
 Tensor all_gather_trim(const Tensor& local, const TokenLayout& layout, int64_t true_tokens,
@@ -38,10 +39,10 @@ Tensor all_gather_trim(const Tensor& local, const TokenLayout& layout, int64_t t
     in = Tensor::empty({local.dim(0), w}, local.dtype(), MemTag::kActivation, alloc);
     if (in.raw())
       for (int64_t r = 0; r < local.dim(0); ++r)
-        std::memcpy(static_cast<char*>(in.raw()) + r * w * dtype_size(local.dtype()),
-                    static_cast<const char*>(local.raw()) +
-                        r * local.stride(0) * dtype_size(local.dtype()),
-                    w * dtype_size(local.dtype()));
+        std::memcpy(
+            static_cast<char*>(in.raw()) + r * w * dtype_size(local.dtype()),
+            static_cast<const char*>(local.raw()) + r * local.stride(0) * dtype_size(local.dtype()),
+            w * dtype_size(local.dtype()));
   }
   Tensor full = Tensor::empty({layout.padded, w}, local.dtype(), MemTag::kActivation, alloc);
   if (full.raw()) comm.all_gather(in, full);

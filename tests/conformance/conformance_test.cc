@@ -89,7 +89,9 @@ TEST_P(Conformance, HiddenStatesLayerByLayer) {
     got[std::string(name)] = std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
   });
   for (int64_t k = 0; k <= L; ++k) {
-    const std::string ours = k == 0 ? "embed" : k == L ? "final_norm" : fmt::format("layer.{}", k - 1);
+    const std::string ours = k == 0   ? "embed"
+                             : k == L ? "final_norm"
+                                      : fmt::format("layer.{}", k - 1);
     const auto want = as_f32(g(fmt::format("prefill.2.hidden.{}", k)));
     ASSERT_EQ(got[ours].size(), want.size()) << ours;
     EXPECT_LE(rel_l2(got[ours].data(), want), kTol) << "hidden." << k << " (" << ours << ")";
@@ -100,7 +102,8 @@ TEST_P(Conformance, GreedyGenerationWithKvCache) {
   const auto prompt = as_i32(g("generate.prompt_ids"));
   const auto want_ids = as_i32(g("generate.output_ids"));
   const auto want_logits = as_f32(g("generate.step_logits"));
-  GreedyResult r = generate_greedy(*model_, prompt, static_cast<int64_t>(want_ids.size()), {}, true);
+  GreedyResult r =
+      generate_greedy(*model_, prompt, static_cast<int64_t>(want_ids.size()), {}, true);
   EXPECT_EQ(r.output_ids, want_ids);
   ASSERT_EQ(r.step_logits.size(), want_ids.size());
   std::vector<float> flat;

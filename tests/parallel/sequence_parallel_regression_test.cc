@@ -7,8 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <numeric>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "engine/model_runner.h"
 
@@ -20,19 +20,37 @@ namespace {
 std::filesystem::path write_glm5_like_config() {
   const auto dir = std::filesystem::temp_directory_path() / "mlaserve-glm5-narrow";
   std::filesystem::create_directories(dir);
-  nlohmann::json c = {
-      {"model_type", "glm_moe_dsa"}, {"vocab_size", 4096}, {"hidden_size", 512},
-      {"intermediate_size", 1024}, {"moe_intermediate_size", 128}, {"num_hidden_layers", 3},
-      {"num_attention_heads", 16}, {"num_key_value_heads", 16}, {"q_lora_rank", 192},
-      {"kv_lora_rank", 64}, {"qk_rope_head_dim", 16}, {"qk_nope_head_dim", 48},
-      {"v_head_dim", 64}, {"n_routed_experts", 16}, {"n_shared_experts", 1},
-      {"num_experts_per_tok", 4}, {"n_group", 1}, {"topk_group", 1}, {"norm_topk_prob", true},
-      {"routed_scaling_factor", 2.5}, {"rms_norm_eps", 1e-5}, {"max_position_embeddings", 16384},
-      {"mlp_layer_types", {"dense", "sparse", "sparse"}},
-      {"indexer_types", {"full", "shared", "full"}}, {"index_n_heads", 8},
-      {"index_head_dim", 32}, {"index_topk", 256}, {"tie_word_embeddings", false},
-      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
-      {"bos_token_id", 0}, {"eos_token_id", 1}};
+  nlohmann::json c = {{"model_type", "glm_moe_dsa"},
+                      {"vocab_size", 4096},
+                      {"hidden_size", 512},
+                      {"intermediate_size", 1024},
+                      {"moe_intermediate_size", 128},
+                      {"num_hidden_layers", 3},
+                      {"num_attention_heads", 16},
+                      {"num_key_value_heads", 16},
+                      {"q_lora_rank", 192},
+                      {"kv_lora_rank", 64},
+                      {"qk_rope_head_dim", 16},
+                      {"qk_nope_head_dim", 48},
+                      {"v_head_dim", 64},
+                      {"n_routed_experts", 16},
+                      {"n_shared_experts", 1},
+                      {"num_experts_per_tok", 4},
+                      {"n_group", 1},
+                      {"topk_group", 1},
+                      {"norm_topk_prob", true},
+                      {"routed_scaling_factor", 2.5},
+                      {"rms_norm_eps", 1e-5},
+                      {"max_position_embeddings", 16384},
+                      {"mlp_layer_types", {"dense", "sparse", "sparse"}},
+                      {"indexer_types", {"full", "shared", "full"}},
+                      {"index_n_heads", 8},
+                      {"index_head_dim", 32},
+                      {"index_topk", 256},
+                      {"tie_word_embeddings", false},
+                      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
+                      {"bos_token_id", 0},
+                      {"eos_token_id", 1}};
   std::ofstream(dir / "config.json") << c.dump(2);
   return dir;
 }

@@ -87,15 +87,13 @@ const Reference& reference(const std::string& fixture) {
   return cache[fixture] = std::move(r);
 }
 
-class TensorParallel
-    : public ::testing::TestWithParam<std::tuple<std::string, int, bool>> {};
+class TensorParallel : public ::testing::TestWithParam<std::tuple<std::string, int, bool>> {};
 
 TEST_P(TensorParallel, LogitsAndGreedyEqualSingleRank) {
   const auto& [fixture, tp, sp] = GetParam();
   const Reference& ref = reference(fixture);
-  ModelRunner runner({.model = kData + "/" + fixture,
-                      .tensor_parallel_size = tp,
-                      .sequence_parallel = sp});
+  ModelRunner runner(
+      {.model = kData + "/" + fixture, .tensor_parallel_size = tp, .sequence_parallel = sp});
   const auto ps = prompts(fixture);
   for (size_t i = 0; i < ps.size(); ++i) {
     const double err = rel_l2(all_logits(runner, ps[i]), ref.logits[i]);
@@ -106,17 +104,17 @@ TEST_P(TensorParallel, LogitsAndGreedyEqualSingleRank) {
   EXPECT_EQ(ref.greedy, golden_ids(fixture, "generate.output_ids"));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, TensorParallel,
-    ::testing::Combine(::testing::Values("tiny-glm5", "tiny-glm5-fp8", "tiny-dsv32",
-                                         "tiny-dsv32-fp8", "tiny-dsv3", "tiny-dsv3-fp8"),
-                       ::testing::Values(2, 4, 8), ::testing::Bool()),
-    [](const auto& info) {
-      std::string n = std::get<0>(info.param);
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n + "_tp" + std::to_string(std::get<1>(info.param)) +
-             (std::get<2>(info.param) ? "_sp" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel,
+                         ::testing::Combine(::testing::Values("tiny-glm5", "tiny-glm5-fp8",
+                                                              "tiny-dsv32", "tiny-dsv32-fp8",
+                                                              "tiny-dsv3", "tiny-dsv3-fp8"),
+                                            ::testing::Values(2, 4, 8), ::testing::Bool()),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param);
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n + "_tp" + std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) ? "_sp" : "");
+                         });
 
 }  // namespace
 }  // namespace mls

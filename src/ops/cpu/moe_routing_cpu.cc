@@ -25,8 +25,8 @@ void moe_route(const Tensor& logits, const Tensor& bias, const RoutingArgs& a, T
       weights.dim(1) != a.top_k || a.top_k > E || E % a.n_group != 0 || a.topk_group > a.n_group ||
       (bias.defined() && bias.numel() != E) || !logits.is_contiguous())
     raise<ShapeError>("moe_route: logits {} bias {} ids {} weights {} top_k {} groups {}/{}",
-                      logits.str(), bias.defined() ? bias.str() : "none", ids.str(),
-                      weights.str(), a.top_k, a.topk_group, a.n_group);
+                      logits.str(), bias.defined() ? bias.str() : "none", ids.str(), weights.str(),
+                      a.top_k, a.topk_group, a.n_group);
   const int64_t per_group = E / a.n_group;
   std::vector<float> s(E), sc(E), group_score(a.n_group), tmp;
   std::vector<int> chosen, groups, best2;

@@ -1,0 +1,323 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/error.h"
+
+namespace mls {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+struct RequestState {
+  Request req;
+  uint64_t seed = 0;
+  int64_t max_tokens = 0;         // resolved against max_model_len
+  std::vector<int64_t> stop_ids;  // stop_token_ids, plus the EOS ids unless ignore_eos
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  int num_finished = 0;
+  bool first_token_seen = false;
+  int64_t completion_tokens = 0;
+  Timings timings;
+
+  // Every sample exists (the request has forked) and has finished.
+  bool done() const {
+    return num_finished == static_cast<int>(seqs.size()) &&
+           static_cast<int>(seqs.size()) == req.params.n;
+  }
+};
+
+namespace {
+
+int64_t resolve_max_model_len(const ModelRunner& runner, int64_t requested) {
+  if (runner.num_blocks() == 0)
+    raise<InvalidArgument>("the engine needs the runner's KV cache allocated first");
+  const int64_t capacity = runner.num_blocks() * runner.block_size();
+  const int64_t mpe = runner.config().max_position_embeddings;
+  if (requested == 0) return std::min(mpe, capacity);
+  if (requested < 0) raise<InvalidArgument>("max_model_len must be >= 1 (got {})", requested);
+  if (requested > mpe)
+    raise<InvalidArgument>("max_model_len {} exceeds the model's max_position_embeddings {}",
+                           requested, mpe);
+  if (requested > capacity)
+    raise<InvalidArgument>(
+        "max_model_len {} does not fit the KV pool of {} blocks of {} tokens; the largest "
+        "max_model_len that fits is {}",
+        requested, runner.num_blocks(), runner.block_size(), capacity);
+  return requested;
+}
+
+EngineConfig resolved(const ModelRunner& runner, EngineConfig cfg) {
+  cfg.max_model_len = resolve_max_model_len(runner, cfg.max_model_len);
+  return cfg;
+}
+
+}  // namespace
+
+Engine::Engine(ModelRunner& runner, const EngineConfig& cfg)
+    : runner_(runner),
+      cfg_(resolved(runner, cfg)),
+      vocab_(runner.config().vocab_size),
+      blocks_(runner.num_blocks(), runner.block_size(), cfg.enable_prefix_caching),
+      scheduler_({cfg.max_num_batched_tokens, cfg.max_num_seqs}, blocks_,
+                 runner.config().has_indexer),
+      sampler_(runner.config().vocab_size) {}
+
+Engine::~Engine() = default;
+
+void Engine::add_request(Request req) {
+  const SamplingParams& p = req.params;
+  const auto prompt_len = static_cast<int64_t>(req.prompt_ids.size());
+  if (req.id.empty()) raise<InvalidArgument>("request id must not be empty");
+  if (prompt_len == 0) raise<InvalidArgument>("prompt_ids must hold at least one token");
+  for (int32_t id : req.prompt_ids)
+    if (id < 0 || id >= vocab_)
+      raise<InvalidArgument>("prompt_ids: {} is outside the vocabulary of {}", id, vocab_);
+  p.validate(vocab_);
+  const int64_t mml = cfg_.max_model_len;
+  if (prompt_len >= mml)
+    raise<InvalidArgument>(
+        "the prompt has {} tokens, which leaves no room to generate under max_model_len {}",
+        prompt_len, mml);
+  if (p.max_tokens > 0 && prompt_len + p.max_tokens > mml)
+    raise<InvalidArgument>("prompt_ids ({} tokens) + max_tokens ({}) = {} exceeds max_model_len {}",
+                           prompt_len, p.max_tokens, prompt_len + p.max_tokens, mml);
+  if (p.n > cfg_.max_num_seqs)
+    raise<InvalidArgument>("n ({}) exceeds max_num_seqs ({})", p.n, cfg_.max_num_seqs);
+
+  auto rs = std::make_unique<RequestState>();
+  rs->max_tokens = p.max_tokens > 0 ? p.max_tokens : mml - prompt_len;
+  rs->seed = p.seed ? *p.seed : std::random_device{}() * 0x100000001ULL ^ std::random_device{}();
+  rs->stop_ids = p.stop_token_ids;
+  if (!p.ignore_eos)
+    for (int64_t e : runner_.config().eos_token_ids) rs->stop_ids.push_back(e);
+  rs->timings.arrival = Clock::now();
+  rs->req = std::move(req);
+  std::lock_guard lock(inbox_mu_);
+  if (!live_ids_.insert(rs->req.id).second)
+    raise<InvalidArgument>("request id '{}' is already in use", rs->req.id);
+  inbox_adds_.push_back(std::move(rs));
+}
+
+void Engine::abort_request(const std::string& id) {
+  std::lock_guard lock(inbox_mu_);
+  inbox_aborts_.push_back(id);
+}
+
+bool Engine::has_work() const {
+  if (!scheduler_.empty()) return true;
+  std::lock_guard lock(inbox_mu_);
+  return !inbox_adds_.empty() || !inbox_aborts_.empty();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(stats_mu_);
+  return stats_;
+}
+
+void Engine::drain_inbox() {
+  std::vector<std::unique_ptr<RequestState>> adds;
+  std::vector<std::string> aborts;
+  {
+    std::lock_guard lock(inbox_mu_);
+    if (inbox_adds_.empty() && inbox_aborts_.empty()) return;
+    adds.swap(inbox_adds_);
+    aborts.swap(inbox_aborts_);
+  }
+  for (auto& rs : adds) admit(std::move(rs));
+  for (const std::string& id : aborts) abort_now(id);
+}
+
+void Engine::admit(std::unique_ptr<RequestState> rs) {
+  auto seq = std::make_unique<Sequence>();
+  seq->request = rs.get();
+  seq->arrival_order = next_arrival_++;
+  seq->tokens = rs->req.prompt_ids;
+  seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
+  seq->seq_slots = rs->req.params.n;
+  scheduler_.add(seq.get());
+  rs->seqs.push_back(std::move(seq));
+  const std::string id = rs->req.id;
+  requests_.emplace(id, std::move(rs));
+}
+
+void Engine::abort_now(const std::string& id) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  for (auto& seq : it->second->seqs)
+    if (!seq->finished()) finish(*seq, FinishReason::kAbort, true);
+  retire_finished();
+}
+
+bool Engine::step() {
+  drain_inbox();
+  const std::vector<ScheduledChunk>& chunks = scheduler_.schedule();
+  if (!chunks.empty()) {
+    batch_.token_ids.clear();
+    batch_.seqs.resize(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const Sequence& s = *chunks[i].seq;
+      const int64_t end = s.num_computed + chunks[i].num_new;
+      batch_.token_ids.insert(batch_.token_ids.end(), s.tokens.begin() + s.num_computed,
+                              s.tokens.begin() + end);
+      SequenceChunk& sc = batch_.seqs[i];
+      sc.num_cached = s.num_computed;
+      sc.num_new = chunks[i].num_new;
+      sc.block_table.assign(s.block_table.begin(), s.block_table.end());
+      sc.prompt_len = s.prompt_len;
+      sc.logits = end == static_cast<int64_t>(s.tokens.size()) ? SequenceChunk::Logits::kLast
+                                                               : SequenceChunk::Logits::kNone;
+    }
+    const Tensor logits = runner_.forward(batch_);
+    scheduler_.commit();
+    int64_t row = 0;
+    for (size_t i = 0; i < chunks.size(); ++i)
+      if (batch_.seqs[i].logits == SequenceChunk::Logits::kLast)
+        sample_row(*chunks[i].seq, logits.data<float>() + row++ * vocab_);
+    retire_finished();
+  }
+  publish_stats();
+  return has_work();
+}
+
+void Engine::sample_row(Sequence& seq, const float* logits) {
+  RequestState& rs = *seq.request;
+  const SamplingParams& p = rs.req.params;
+  // The first sampling of an n > 1 request draws every sample from the prompt's logits.
+  const int n = rs.seqs.size() == 1 && p.n > 1 ? p.n : 1;
+  const bool want_lp = p.logprobs >= 0;
+  drawn_.resize(n);
+  logprobs_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    SampleInput in;
+    in.params = &p;
+    in.prompt = std::span(seq.tokens).first(seq.prompt_len);
+    in.output = std::span(seq.tokens).subspan(seq.prompt_len);
+    in.seed = rs.seed;
+    in.sample_index = n > 1 ? i : seq.sample_index;
+    if (seq.num_output() < p.min_tokens) in.suppressed = rs.stop_ids;
+    drawn_[i] = sampler_.sample(logits, in, want_lp ? &logprobs_[i] : nullptr);
+  }
+  if (n > 1) fork(seq, drawn_);
+  // After a fork rs.seqs holds the parent (sample 0) and then its new siblings, in order.
+  for (int i = 0; i < n; ++i)
+    emit(n > 1 ? *rs.seqs[i] : seq, drawn_[i], want_lp ? &logprobs_[i] : nullptr);
+}
+
+void Engine::fork(Sequence& parent, std::span<const int32_t> first_tokens) {
+  RequestState& rs = *parent.request;
+  const int64_t shared = parent.prompt_len / blocks_.block_size();
+  for (size_t i = 1; i < first_tokens.size(); ++i) {
+    auto child = std::make_unique<Sequence>();
+    child->request = &rs;
+    child->sample_index = static_cast<int>(i);
+    child->arrival_order = parent.arrival_order;
+    child->tokens.assign(parent.tokens.begin(), parent.tokens.begin() + parent.prompt_len);
+    child->prompt_len = parent.prompt_len;
+    // Full prompt blocks are shared; the partly filled last one is recomputed into a block of
+    // the child's own, so no sequence ever writes into a shared block.
+    blocks_.share(parent.block_table, shared, child->block_table);
+    child->num_computed = shared * blocks_.block_size();
+    child->block_hashes.assign(
+        parent.block_hashes.begin(),
+        parent.block_hashes.begin() +
+            std::min<int64_t>(shared, static_cast<int64_t>(parent.block_hashes.size())));
+    scheduler_.add_running(child.get());
+    rs.seqs.push_back(std::move(child));
+  }
+  parent.seq_slots = 1;
+}
+
+void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
+  RequestState& rs = *seq.request;
+  const Clock::time_point now = Clock::now();
+  seq.tokens.push_back(token);
+  ++rs.completion_tokens;
+  ++generation_tokens_;
+  if (!rs.first_token_seen) {
+    rs.first_token_seen = true;
+    rs.timings.first_token = now;
+    prompt_tokens_ += seq.prompt_len;
+  }
+  const bool is_stop =
+      std::find(rs.stop_ids.begin(), rs.stop_ids.end(), token) != rs.stop_ids.end();
+  if (is_stop && seq.num_output() >= rs.req.params.min_tokens)
+    seq.finish = FinishReason::kStop;
+  else if (seq.num_output() >= rs.max_tokens)
+    seq.finish = FinishReason::kLength;
+  if (seq.finished()) {
+    finished_.push_back(&seq);
+    rs.timings.finish = now;
+  }
+  if (!rs.req.on_token) return;
+  TokenEvent ev;
+  ev.request_id = &rs.req.id;
+  ev.sample_index = seq.sample_index;
+  ev.token_id = token;
+  ev.logprobs = lp;
+  ev.finish = seq.finish;
+  ev.usage = {static_cast<int64_t>(seq.prompt_len), rs.completion_tokens};
+  ev.timings = rs.timings;
+  if (!seq.finished()) ev.timings.finish = {};
+  if (rs.req.on_token(ev) == Verdict::kStop && !seq.finished())
+    finish(seq, FinishReason::kStop, true);
+}
+
+void Engine::finish(Sequence& seq, FinishReason reason, bool notify) {
+  RequestState& rs = *seq.request;
+  seq.finish = reason;
+  finished_.push_back(&seq);
+  rs.timings.finish = Clock::now();
+  if (!notify || !rs.req.on_token) return;
+  TokenEvent ev;
+  ev.request_id = &rs.req.id;
+  ev.sample_index = seq.sample_index;
+  ev.finish = reason;
+  ev.usage = {seq.prompt_len, rs.completion_tokens};
+  ev.timings = rs.timings;
+  rs.req.on_token(ev);
+}
+
+void Engine::retire_finished() {
+  for (Sequence* seq : finished_) {
+    RequestState& rs = *seq->request;
+    scheduler_.remove(seq);
+    ++rs.num_finished;
+    const bool aborted = seq->finish == FinishReason::kAbort;
+    if (rs.done() || (aborted && rs.num_finished == static_cast<int>(rs.seqs.size()))) {
+      const std::string id = rs.req.id;
+      requests_.erase(id);
+      ++finished_requests_;
+      std::lock_guard lock(inbox_mu_);
+      live_ids_.erase(id);
+    }
+  }
+  finished_.clear();
+}
+
+void Engine::publish_stats() {
+  std::lock_guard lock(stats_mu_);
+  stats_.num_running = scheduler_.num_running();
+  stats_.num_waiting = scheduler_.num_waiting();
+  stats_.kv_usage = blocks_.usage();
+  stats_.num_preemptions = scheduler_.preemptions();
+  stats_.prefix_cache_queries = blocks_.prefix_queries();
+  stats_.prefix_cache_hits = blocks_.prefix_hits();
+  stats_.prompt_tokens = prompt_tokens_;
+  stats_.generation_tokens = generation_tokens_;
+  stats_.finished_requests = finished_requests_;
+}
+
+}  // namespace mls

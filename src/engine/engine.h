@@ -1,0 +1,105 @@
+// The serving engine: requests in, tokens out through per-request callbacks. Each step()
+// schedules (token budget, KV blocks, preemption), runs one forward over every scheduled chunk,
+// samples the sequences whose chunk reached their last token, reports the tokens and retires
+// finished samples. add_request and abort_request may be called from any thread (they go
+// through a small locked inbox that step() drains); everything else runs on the loop thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/kv_block_manager.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+
+namespace mls {
+
+struct EngineConfig {
+  int64_t max_num_batched_tokens = 8192;
+  int64_t max_num_seqs = 256;
+  int64_t max_model_len = 0;  // 0: max_position_embeddings, capped to what the KV pool holds
+  bool enable_prefix_caching = true;
+};
+
+// Counters for metrics (vLLM names in comments).
+struct EngineStats {
+  int64_t num_running = 0;           // num_requests_running (sequences)
+  int64_t num_waiting = 0;           // num_requests_waiting (sequences)
+  double kv_usage = 0.0;             // kv_cache_usage_perc, as a fraction
+  int64_t num_preemptions = 0;       // num_preemptions_total
+  int64_t prefix_cache_queries = 0;  // prefix_cache_queries_total (tokens)
+  int64_t prefix_cache_hits = 0;     // prefix_cache_hits_total (tokens)
+  int64_t prompt_tokens = 0;         // prompt_tokens_total
+  int64_t generation_tokens = 0;     // generation_tokens_total
+  int64_t finished_requests = 0;     // request_success_total (any finish reason)
+};
+
+struct RequestState;
+
+class Engine {
+ public:
+  // The runner's KV cache must be allocated; its blocks become the engine's pool.
+  Engine(ModelRunner& runner, const EngineConfig& cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // The configuration with max_model_len resolved.
+  const EngineConfig& config() const { return cfg_; }
+
+  // Validates the request (InvalidArgument naming the field) and queues it. Any thread.
+  void add_request(Request req);
+  // Finishes every sample of the request with `abort` and frees its blocks at the next step;
+  // unknown or finished ids are ignored. Any thread.
+  void abort_request(const std::string& id);
+
+  // One scheduling step, forward and sampling; returns has_work(). Loop thread.
+  bool step();
+  bool has_work() const;
+  EngineStats stats() const;  // any thread
+
+  const KvBlockManager& block_manager() const { return blocks_; }  // loop thread
+
+ private:
+  void drain_inbox();
+  void admit(std::unique_ptr<RequestState> rs);
+  void abort_now(const std::string& id);
+  void sample_row(Sequence& seq, const float* logits);
+  void fork(Sequence& parent, std::span<const int32_t> first_tokens);
+  void emit(Sequence& seq, int32_t token, const Logprobs* lp);
+  void finish(Sequence& seq, FinishReason reason, bool notify);
+  void retire_finished();
+  void publish_stats();
+
+  ModelRunner& runner_;
+  EngineConfig cfg_;
+  int64_t vocab_;
+  KvBlockManager blocks_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  ForwardBatch batch_;
+  std::vector<int32_t> drawn_;  // tokens drawn from one logits row (n at a fork)
+  std::vector<Logprobs> logprobs_;
+  std::vector<Sequence*> finished_;
+  std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  uint64_t next_arrival_ = 0;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, finished_requests_ = 0;
+
+  mutable std::mutex inbox_mu_;
+  std::vector<std::unique_ptr<RequestState>> inbox_adds_;
+  std::vector<std::string> inbox_aborts_;
+  std::unordered_set<std::string> live_ids_;  // queued or running request ids
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+};
+
+}  // namespace mls

@@ -1,0 +1,350 @@
+// End-to-end engine tests on the tiny fixtures: greedy tokens must not depend on batch
+// composition, block size, chunking, preemption or prefix caching; sampling, n > 1, stops and
+// aborts behave as the request asked.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace mls {
+namespace {
+
+const std::string kData = MLASERVE_TEST_DATA;
+
+ModelRunner& runner(const std::string& fixture) {
+  static std::map<std::string, std::unique_ptr<ModelRunner>> runners;
+  auto& r = runners[fixture];
+  if (!r) r = std::make_unique<ModelRunner>(RunnerOptions{.model = kData + "/" + fixture});
+  return *r;
+}
+
+std::vector<int32_t> golden(const std::string& fixture, const std::string& name) {
+  const auto f = io::SafetensorsFile::open(kData + "/" + fixture + "/golden.safetensors");
+  const io::TensorInfo* t = f.find(name);
+  if (!t) raise<InvalidArgument>("{} has no {}", fixture, name);
+  const auto* p = reinterpret_cast<const int32_t*>(t->data);
+  return {p, p + t->numel()};
+}
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+struct Outcome {
+  std::vector<std::vector<int32_t>> tokens;  // per sample
+  std::vector<FinishReason> finish;          // per sample
+};
+
+struct Pool {
+  int64_t block_size = 16;
+  int64_t num_blocks = 512;
+};
+
+// Runs the jobs as one batch (all added before the first step) and returns each one's outcome.
+std::vector<Outcome> run(ModelRunner& r, const std::vector<Job>& jobs, const Pool& pool = {},
+                         const EngineConfig& cfg = {}, EngineStats* stats = nullptr) {
+  r.allocate_kv_cache(pool.num_blocks, pool.block_size);
+  Engine engine(r, cfg);
+  std::vector<Outcome> out(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    out[i].tokens.resize(jobs[i].params.n);
+    out[i].finish.resize(jobs[i].params.n);
+    engine.add_request({.id = std::to_string(i),
+                        .prompt_ids = jobs[i].prompt,
+                        .params = jobs[i].params,
+                        .on_token = [&out, i](const TokenEvent& ev) {
+                          if (ev.token_id >= 0)
+                            out[i].tokens[ev.sample_index].push_back(ev.token_id);
+                          out[i].finish[ev.sample_index] = ev.finish;
+                          return Verdict::kContinue;
+                        }});
+  }
+  while (engine.step()) {
+  }
+  if (stats) *stats = engine.stats();
+  return out;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
+  std::uniform_int_distribution<int32_t> id(2, 1023);
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = id(rng);
+  return p;
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Mixed prompt lengths (1..200) and lengths of output; the fixture's own prompt comes first.
+std::vector<Job> mixed_jobs(const std::string& fixture, int count) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> len(1, 200), out(1, 24);
+  std::vector<Job> jobs;
+  jobs.push_back({golden(fixture, "generate.prompt_ids"), greedy(40)});
+  while (static_cast<int>(jobs.size()) < count) {
+    const int l = jobs.size() == 1 ? 200 : jobs.size() == 2 ? 1 : len(rng);
+    jobs.push_back({random_prompt(rng, l), greedy(out(rng))});
+  }
+  return jobs;
+}
+
+std::vector<std::vector<int32_t>> first_samples(const std::vector<Outcome>& o) {
+  std::vector<std::vector<int32_t>> t;
+  for (const auto& x : o) t.push_back(x.tokens[0]);
+  return t;
+}
+
+class EngineFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineFixture, BatchOf32MatchesEachRequestAloneAndTheGolden) {
+  ModelRunner& r = runner(GetParam());
+  const auto jobs = mixed_jobs(GetParam(), 32);
+  std::vector<std::vector<int32_t>> alone;
+  for (const Job& j : jobs) alone.push_back(run(r, {j})[0].tokens[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  EngineStats st;
+  const auto batch = first_samples(run(r, jobs, {}, {}, &st));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(batch, alone);
+  EXPECT_EQ(batch[0], golden(GetParam(), "generate.output_ids"));
+  std::printf(
+      "%s: 32 requests, %lld prompt + %lld generated tokens in %.3f s (%.0f output tok/s), "
+      "KV pool %lld bytes\n",
+      GetParam().c_str(), static_cast<long long>(st.prompt_tokens),
+      static_cast<long long>(st.generation_tokens), s, st.generation_tokens / s,
+      static_cast<long long>(r.allocator(0).stats().cur(MemTag::kKv)));
+}
+
+TEST_P(EngineFixture, BlockSizeChunkSizeAndPreemptionInvariance) {
+  ModelRunner& r = runner(GetParam());
+  const auto jobs = mixed_jobs(GetParam(), 8);
+  const auto want = first_samples(run(r, jobs));
+  for (int64_t bs : {1, 16, 64}) {
+    const Pool pool{bs, 6000 / bs};
+    EXPECT_EQ(first_samples(run(r, jobs, pool)), want) << "block_size " << bs;
+  }
+  for (int64_t budget : {7, 64, 8192}) {
+    EngineConfig cfg;
+    cfg.max_num_batched_tokens = budget;
+    EXPECT_EQ(first_samples(run(r, jobs, {}, cfg)), want) << "token budget " << budget;
+  }
+  // 15 blocks of 16 hold any one request (≤ 240 tokens) but not the batch.
+  EngineStats st;
+  EngineConfig cfg;
+  cfg.max_num_batched_tokens = 64;
+  EXPECT_EQ(first_samples(run(r, jobs, {16, 15}, cfg, &st)), want);
+  EXPECT_GT(st.num_preemptions, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineFixture,
+                         ::testing::Values("tiny-glm5", "tiny-dsv32", "tiny-dsv3"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+// Two requests in sequence sharing a 100-token prefix (the first has 120 tokens); the second
+// finds `want_hits` tokens cached and generates exactly what it generates without the cache.
+void check_prefix_reuse(const std::string& fixture, int second_len, int64_t want_hits) {
+  ModelRunner& r = runner(fixture);
+  std::mt19937 rng(99);
+  const auto shared = random_prompt(rng, 100);
+  auto a = shared, b = shared;
+  const auto tail_a = random_prompt(rng, 20), tail_b = random_prompt(rng, second_len - 100);
+  a.insert(a.end(), tail_a.begin(), tail_a.end());
+  b.insert(b.end(), tail_b.begin(), tail_b.end());
+
+  EngineConfig no_cache;
+  no_cache.enable_prefix_caching = false;
+  const auto want = run(r, {{b, greedy(16)}}, {}, no_cache)[0].tokens[0];
+
+  r.allocate_kv_cache(64, 16);
+  Engine engine(r, {});
+  std::vector<int32_t> got;
+  engine.add_request({.id = "a", .prompt_ids = a, .params = greedy(4), .on_token = nullptr});
+  while (engine.step()) {
+  }
+  const EngineStats before = engine.stats();
+  engine.add_request(
+      {.id = "b", .prompt_ids = b, .params = greedy(16), .on_token = [&](const TokenEvent& ev) {
+         got.push_back(ev.token_id);
+         return Verdict::kContinue;
+       }});
+  while (engine.step()) {
+  }
+  const EngineStats after = engine.stats();
+  EXPECT_EQ(after.prefix_cache_queries - before.prefix_cache_queries, second_len);
+  EXPECT_EQ(after.prefix_cache_hits - before.prefix_cache_hits, want_hits);
+  EXPECT_EQ(got, want);
+}
+
+// 6 full blocks of 16 = 96 tokens of the shared 100 are reused.
+TEST(Engine, PrefixCacheReuseIsExact) {
+  check_prefix_reuse("tiny-dsv3", 130, 96);
+}
+
+// DSA: a prompt row's top-k (tie order) depends on the prompt length, so blocks are shared only
+// between prompts of equal length; sharing them across lengths changes the tokens.
+TEST(Engine, PrefixCacheReuseIsExactWithTheDsaIndexer) {
+  check_prefix_reuse("tiny-glm5", 120, 96);
+  check_prefix_reuse("tiny-glm5", 130, 0);
+  check_prefix_reuse("tiny-dsv32", 120, 96);
+}
+
+TEST(Engine, SeededSamplingIsReproducibleAndBatchInvariant) {
+  ModelRunner& r = runner("tiny-dsv32");
+  SamplingParams p;
+  p.temperature = 0.9;
+  p.top_p = 0.95;
+  p.top_k = 50;
+  p.seed = 5;
+  p.max_tokens = 20;
+  p.ignore_eos = true;
+  std::mt19937 rng(7);
+  const Job seeded{random_prompt(rng, 30), p};
+  const auto alone = run(r, {seeded})[0].tokens[0];
+  EXPECT_EQ(run(r, {seeded})[0].tokens[0], alone);
+  auto jobs = mixed_jobs("tiny-dsv32", 6);
+  jobs.insert(jobs.begin() + 3, seeded);
+  EngineConfig cfg;
+  cfg.max_num_batched_tokens = 32;
+  EXPECT_EQ(run(r, jobs, {}, cfg)[3].tokens[0], alone);
+  p.seed = 6;
+  EXPECT_NE(run(r, {{seeded.prompt, p}})[0].tokens[0], alone);
+}
+
+TEST(Engine, ParallelSamplesShareThePromptBlocks) {
+  ModelRunner& r = runner("tiny-dsv3");
+  r.allocate_kv_cache(32, 16);
+  Engine engine(r, {});
+  SamplingParams p;
+  p.n = 2;
+  p.temperature = 1.0;
+  p.seed = 3;
+  p.max_tokens = 8;
+  p.ignore_eos = true;
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> got(2);
+  engine.add_request({.id = "n2",
+                      .prompt_ids = random_prompt(rng, 40),
+                      .params = p,
+                      .on_token = [&](const TokenEvent& ev) {
+                        got[ev.sample_index].push_back(ev.token_id);
+                        return Verdict::kContinue;
+                      }});
+  engine.step();  // prefill (blocks 0, 1, 2), two first tokens, fork
+  const KvBlockManager& m = engine.block_manager();
+  EXPECT_EQ(m.ref_count(0), 2);
+  EXPECT_EQ(m.ref_count(1), 2);
+  EXPECT_EQ(m.ref_count(2), 1);  // the partial block stays the first sample's own
+  EXPECT_EQ(engine.stats().num_running, 2);
+  while (engine.step()) {
+  }
+  EXPECT_EQ(got[0].size(), 8u);
+  EXPECT_EQ(got[1].size(), 8u);
+  EXPECT_NE(got[0], got[1]);
+  EXPECT_DOUBLE_EQ(m.usage(), 0.0);
+}
+
+TEST(Engine, AbortFreesBlocksAndNotifies) {
+  ModelRunner& r = runner("tiny-dsv3");
+  r.allocate_kv_cache(32, 16);
+  Engine engine(r, {});
+  std::mt19937 rng(5);
+  FinishReason finish = FinishReason::kNone;
+  int tokens = 0;
+  engine.add_request({.id = "x",
+                      .prompt_ids = random_prompt(rng, 50),
+                      .params = greedy(100),
+                      .on_token = [&](const TokenEvent& ev) {
+                        tokens += ev.token_id >= 0;
+                        finish = ev.finish;
+                        return Verdict::kContinue;
+                      }});
+  engine.step();
+  engine.step();
+  EXPECT_GT(engine.block_manager().usage(), 0.0);
+  engine.abort_request("x");
+  EXPECT_FALSE(engine.step());
+  EXPECT_EQ(finish, FinishReason::kAbort);
+  EXPECT_EQ(tokens, 2);
+  EXPECT_DOUBLE_EQ(engine.block_manager().usage(), 0.0);
+  EXPECT_EQ(engine.stats().finished_requests, 1);
+}
+
+TEST(Engine, StopsOnStopIdsOwnerVerdictAndLength) {
+  ModelRunner& r = runner("tiny-dsv3");
+  std::mt19937 rng(11);
+  const auto prompt = random_prompt(rng, 20);
+  const auto ref = run(r, {{prompt, greedy(12)}})[0];
+  EXPECT_EQ(ref.finish[0], FinishReason::kLength);
+
+  SamplingParams p = greedy(12);
+  p.stop_token_ids = {ref.tokens[0][4]};
+  const auto stop_at = std::find(ref.tokens[0].begin(), ref.tokens[0].end(), ref.tokens[0][4]);
+  const auto stopped = run(r, {{prompt, p}})[0];
+  EXPECT_EQ(stopped.tokens[0], std::vector<int32_t>(ref.tokens[0].begin(), stop_at + 1));
+  EXPECT_EQ(stopped.finish[0], FinishReason::kStop);
+
+  r.allocate_kv_cache(32, 16);
+  Engine engine(r, {});
+  std::vector<int32_t> got;
+  FinishReason finish = FinishReason::kNone;
+  engine.add_request({.id = "s",
+                      .prompt_ids = prompt,
+                      .params = greedy(12),
+                      .on_token = [&](const TokenEvent& ev) {
+                        if (ev.token_id >= 0) got.push_back(ev.token_id);
+                        finish = ev.finish;
+                        return got.size() == 3 ? Verdict::kStop : Verdict::kContinue;
+                      }});
+  while (engine.step()) {
+  }
+  EXPECT_EQ(got, std::vector<int32_t>(ref.tokens[0].begin(), ref.tokens[0].begin() + 3));
+  EXPECT_EQ(finish, FinishReason::kStop);
+}
+
+TEST(Engine, RejectsRequestsPastMaxModelLen) {
+  ModelRunner& r = runner("tiny-dsv3");
+  r.allocate_kv_cache(32, 16);
+  EngineConfig cfg;
+  cfg.max_model_len = 256;
+  Engine engine(r, cfg);
+  std::mt19937 rng(5);
+  try {
+    engine.add_request({.id = "long",
+                        .prompt_ids = random_prompt(rng, 250),
+                        .params = greedy(10),
+                        .on_token = nullptr});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("250"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
+  }
+  cfg.max_model_len = 1000;
+  EXPECT_THROW(Engine(r, cfg), InvalidArgument);  // 32 blocks of 16 hold 512 tokens
+  SamplingParams bad;
+  bad.top_p = 0;
+  EXPECT_THROW(
+      engine.add_request({.id = "p", .prompt_ids = {5}, .params = bad, .on_token = nullptr}),
+      InvalidArgument);
+  EXPECT_FALSE(engine.has_work());
+}
+
+}  // namespace
+}  // namespace mls

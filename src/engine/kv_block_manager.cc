@@ -1,0 +1,155 @@
+#include "engine/kv_block_manager.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mls {
+namespace {
+
+// splitmix64 finaliser: a well-mixed 64-bit step for the chain.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+KvBlockManager::KvBlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching)
+    : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(enable_prefix_caching) {
+  if (num_blocks < 1 || block_size < 1)
+    raise<InvalidArgument>("the KV pool needs num_blocks >= 1 and block_size >= 1 (got {}, {})",
+                           num_blocks, block_size);
+  meta_.resize(num_blocks);
+  free_.reserve(num_blocks);
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+int64_t KvBlockManager::num_available() const {
+  return static_cast<int64_t>(free_.size()) + lru_size_;
+}
+
+double KvBlockManager::usage() const {
+  return 1.0 - static_cast<double>(num_available()) / static_cast<double>(num_blocks_);
+}
+
+void KvBlockManager::extend_hashes(std::span<const int32_t> tokens, uint64_t salt,
+                                   std::vector<uint64_t>& hashes) const {
+  const auto full = static_cast<int64_t>(tokens.size()) / block_size_;
+  for (auto b = static_cast<int64_t>(hashes.size()); b < full; ++b) {
+    uint64_t h = mix(b == 0 ? salt ^ 0x6d6c6173ULL : hashes[b - 1]);
+    for (int64_t i = 0; i < block_size_; ++i)
+      h = mix(h ^ static_cast<uint32_t>(tokens[b * block_size_ + i]));
+    hashes.push_back(h);
+  }
+}
+
+int64_t KvBlockManager::take_cached_prefix(std::span<const uint64_t> hashes, int64_t num_tokens,
+                                           std::vector<int32_t>& table) {
+  MLS_CHECK(table.empty(), "a cached prefix goes into an empty table");
+  if (!prefix_caching_) return 0;
+  queries_ += num_tokens;
+  // At least one token must run so that the step yields logits.
+  const int64_t max_blocks =
+      std::min<int64_t>(static_cast<int64_t>(hashes.size()), (num_tokens - 1) / block_size_);
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    const auto it = cached_.find(hashes[i]);
+    if (it == cached_.end()) break;
+    const int32_t b = it->second;
+    if (meta_[b].refs++ == 0) lru_remove(b);
+    table.push_back(b);
+  }
+  const int64_t hit = static_cast<int64_t>(table.size()) * block_size_;
+  hits_ += hit;
+  return hit;
+}
+
+int32_t KvBlockManager::pop_block() {
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else {
+    b = lru_head_;
+    lru_remove(b);
+    const auto it = cached_.find(meta_[b].hash);
+    if (it != cached_.end() && it->second == b) cached_.erase(it);
+    meta_[b].hashed = false;
+  }
+  meta_[b].refs = 1;
+  return b;
+}
+
+bool KvBlockManager::allocate(std::vector<int32_t>& table, int64_t num_tokens) {
+  const int64_t need = blocks_for(num_tokens) - static_cast<int64_t>(table.size());
+  if (need <= 0) return true;
+  if (need > num_available()) return false;
+  for (int64_t i = 0; i < need; ++i) table.push_back(pop_block());
+  return true;
+}
+
+void KvBlockManager::share(std::span<const int32_t> src, int64_t count, std::vector<int32_t>& dst) {
+  MLS_CHECK(dst.empty() && count <= static_cast<int64_t>(src.size()), "bad share of {} blocks",
+            count);
+  for (int64_t i = 0; i < count; ++i) {
+    ++meta_[src[i]].refs;
+    dst.push_back(src[i]);
+  }
+}
+
+void KvBlockManager::free(std::vector<int32_t>& table) {
+  // Release from the tail so that a sequence's later blocks are evicted before its prefix.
+  for (auto it = table.rbegin(); it != table.rend(); ++it) {
+    Meta& m = meta_[*it];
+    MLS_CHECK(m.refs > 0, "block {} freed twice", *it);
+    if (--m.refs > 0) continue;
+    if (m.hashed)
+      lru_push_back(*it);
+    else
+      free_.push_back(*it);
+  }
+  table.clear();
+}
+
+void KvBlockManager::cache_blocks(std::span<const int32_t> table,
+                                  std::span<const uint64_t> hashes) {
+  if (!prefix_caching_) return;
+  for (size_t i = 0; i < hashes.size() && i < table.size(); ++i) {
+    Meta& m = meta_[table[i]];
+    if (m.hashed) continue;
+    // A block whose content another block already publishes stays private.
+    if (cached_.emplace(hashes[i], table[i]).second) {
+      m.hashed = true;
+      m.hash = hashes[i];
+    }
+  }
+}
+
+void KvBlockManager::lru_push_back(int32_t b) {
+  meta_[b].prev = lru_tail_;
+  meta_[b].next = -1;
+  if (lru_tail_ >= 0)
+    meta_[lru_tail_].next = b;
+  else
+    lru_head_ = b;
+  lru_tail_ = b;
+  ++lru_size_;
+}
+
+void KvBlockManager::lru_remove(int32_t b) {
+  Meta& m = meta_[b];
+  if (m.prev >= 0)
+    meta_[m.prev].next = m.next;
+  else
+    lru_head_ = m.next;
+  if (m.next >= 0)
+    meta_[m.next].prev = m.prev;
+  else
+    lru_tail_ = m.prev;
+  m.prev = m.next = -1;
+  --lru_size_;
+}
+
+}  // namespace mls

@@ -1,0 +1,67 @@
+// A generation request as the engine receives it, and what the engine reports back for each
+// token. The engine works on token ids only: the text layer above (detokenizer, stop strings)
+// observes tokens through the callback and may finish a sample early by returning kStop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace mls {
+
+using Clock = std::chrono::steady_clock;
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+const char* finish_reason_name(FinishReason r);  // "", "stop", "length", "abort"
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct Logprobs {
+  TokenLogprob sampled;
+  int64_t rank = 0;               // 1 + how many tokens are strictly more likely
+  std::vector<TokenLogprob> top;  // the `logprobs` most likely, descending
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;  // over all samples of the request
+};
+
+struct Timings {
+  Clock::time_point arrival;
+  Clock::time_point first_token;  // of any sample; default-constructed until then
+  Clock::time_point finish;       // of this sample; default-constructed until then
+};
+
+struct TokenEvent {
+  const std::string* request_id = nullptr;
+  int sample_index = 0;
+  // -1: no new token (the notice that ends a sample after abort_request or a kStop verdict).
+  int32_t token_id = -1;
+  const Logprobs* logprobs = nullptr;  // set when the request asked for logprobs
+  FinishReason finish = FinishReason::kNone;
+  Usage usage;
+  Timings timings;
+};
+
+// What the request's owner wants after seeing a token (e.g. kStop when a stop string matched).
+enum class Verdict { kContinue, kStop };
+
+// Called on the engine's loop thread; must not call back into the engine's step().
+using TokenCallback = std::function<Verdict(const TokenEvent&)>;
+
+struct Request {
+  std::string id;
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  TokenCallback on_token;
+};
+
+}  // namespace mls

@@ -1,0 +1,55 @@
+// Turns one row of logits into the next token of one sequence, vLLM semantics and order:
+//   1. logprobs are those of the raw model distribution (log_softmax of the logits before any
+//      penalty or temperature; vLLM's default "raw_logprobs"),
+//   2. min_tokens: EOS and stop ids get -inf until min_tokens tokens exist,
+//   3. repetition penalty over prompt + output tokens (positive logits divided, negative ones
+//      multiplied), then frequency (× count) and presence (once) penalties over output tokens,
+//   4. greedy: argmax (the first maximum); otherwise temperature, min_p, top_k, top_p, and one
+//      draw from the remaining distribution.
+// Draws come from a counter-based generator keyed by (seed, sample index, output position), so
+// a seeded sample is the same whatever else is in the batch and after preemption.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampling_params.h"
+
+namespace mls {
+
+struct SampleInput {
+  const SamplingParams* params = nullptr;
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> output;
+  uint64_t seed = 0;  // the request's seed (or a random one when none was given)
+  int sample_index = 0;
+  std::span<const int64_t> suppressed;  // ids masked to -inf (min_tokens not reached yet)
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int64_t vocab_size);
+
+  // Samples from `logits` (vocab_size values, left untouched); fills `logprobs` when asked.
+  int32_t sample(const float* logits, const SampleInput& in, Logprobs* logprobs);
+
+  // The steps above as building blocks (the tests check each on hand-made logits).
+  void apply_penalties(std::span<float> logits, const SampleInput& in);
+  static void log_softmax(std::span<const float> logits, std::span<float> out);
+  // Uniform in [0, 1) for draw `step` of the stream (seed, sample_index).
+  static double uniform(uint64_t seed, int sample_index, int64_t step);
+
+ private:
+  void fill_logprobs(const float* logits, int32_t token, int k, Logprobs& out);
+
+  int64_t vocab_;
+  std::vector<float> work_;      // penalised, scaled logits
+  std::vector<float> scratch_;   // log-softmax / probabilities
+  std::vector<int32_t> counts_;  // output token counts (zeroed after use)
+  std::vector<uint8_t> seen_;    // prompt ∪ output membership (zeroed after use)
+  std::vector<int32_t> order_;   // candidate ids, sorted by probability
+};
+
+}  // namespace mls

@@ -1,0 +1,161 @@
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+namespace mls {
+namespace {
+
+constexpr int64_t kVocab = 16;
+
+std::vector<float> ramp() {  // logits 0, 0.25, ..., 3.75: token 15 most likely
+  std::vector<float> v(kVocab);
+  for (int64_t i = 0; i < kVocab; ++i) v[i] = 0.25f * static_cast<float>(i);
+  return v;
+}
+
+SampleInput input(const SamplingParams& p, int64_t step_tokens = 0, uint64_t seed = 7) {
+  static std::vector<int32_t> out;
+  out.assign(step_tokens, 0);
+  SampleInput in;
+  in.params = &p;
+  in.output = out;
+  in.seed = seed;
+  return in;
+}
+
+std::set<int32_t> draws(const SamplingParams& p, int n = 2000) {
+  Sampler s(kVocab);
+  const auto logits = ramp();
+  std::set<int32_t> seen;
+  for (int i = 0; i < n; ++i)
+    seen.insert(s.sample(logits.data(), input(p, 0, static_cast<uint64_t>(i)), nullptr));
+  return seen;
+}
+
+TEST(Sampler, GreedyTakesTheFirstMaximum) {
+  Sampler s(kVocab);
+  std::vector<float> logits(kVocab, 0.0f);
+  logits[3] = logits[9] = 2.0f;
+  SamplingParams p;
+  p.temperature = 0;
+  EXPECT_EQ(s.sample(logits.data(), input(p), nullptr), 3);
+}
+
+TEST(Sampler, TopKNeverLeavesTheAllowedSet) {
+  SamplingParams p;
+  p.top_k = 3;
+  const auto seen = draws(p);
+  EXPECT_EQ(seen, (std::set<int32_t>{13, 14, 15}));
+}
+
+TEST(Sampler, TopPKeepsTheSmallestNucleus) {
+  SamplingParams p;
+  p.top_p = 0.5;
+  // Mass of the ramp from the top: keep tokens while the mass above them is < 0.5.
+  const auto logits = ramp();
+  std::vector<double> prob(kVocab);
+  double z = 0;
+  for (int64_t i = 0; i < kVocab; ++i) z += prob[i] = std::exp(logits[i]);
+  std::set<int32_t> allowed;
+  double above = 0;
+  for (int64_t i = kVocab - 1; i >= 0 && above < 0.5; --i) {
+    allowed.insert(static_cast<int32_t>(i));
+    above += prob[i] / z;
+  }
+  const auto seen = draws(p);
+  EXPECT_EQ(seen, allowed);
+  EXPECT_GE(allowed.size(), 2u);
+}
+
+TEST(Sampler, MinPDropsUnlikelyTokens) {
+  SamplingParams p;
+  p.min_p = 0.3;  // p_i / p_max = exp(0.25 (i - 15)) >= 0.3  ⇔  i >= 15 - 4.8
+  const auto seen = draws(p);
+  EXPECT_EQ(seen, (std::set<int32_t>{11, 12, 13, 14, 15}));
+}
+
+TEST(Sampler, SameSeedSameTokenAndDrawsFollowTheDistribution) {
+  Sampler s(kVocab);
+  const auto logits = ramp();
+  SamplingParams p;
+  p.temperature = 0.7;
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(s.sample(logits.data(), input(p, i, 42), nullptr),
+              s.sample(logits.data(), input(p, i, 42), nullptr));
+  int top = 0;
+  const int n = 4000;
+  for (int i = 0; i < n; ++i) top += s.sample(logits.data(), input(p, 0, i), nullptr) == 15;
+  double z = 0;
+  for (float l : logits) z += std::exp(l / 0.7);
+  const double want = std::exp(logits[15] / 0.7) / z;
+  EXPECT_NEAR(static_cast<double>(top) / n, want, 0.03);
+}
+
+TEST(Sampler, PenaltiesChangeLogitsAsSpecified) {
+  Sampler s(kVocab);
+  std::vector<float> logits(kVocab, 1.0f);
+  logits[2] = 2.0f;
+  logits[3] = -2.0f;
+  logits[4] = 0.5f;
+  SamplingParams p;
+  p.repetition_penalty = 2.0;
+  p.frequency_penalty = 0.5;
+  p.presence_penalty = 0.25;
+  const std::vector<int32_t> prompt{2, 3, 2};
+  const std::vector<int32_t> output{4, 4, 3};
+  SampleInput in;
+  in.params = &p;
+  in.prompt = prompt;
+  in.output = output;
+  std::vector<float> got = logits;
+  s.apply_penalties(got, in);
+  EXPECT_FLOAT_EQ(got[2], 1.0f);                      // 2 / 2, in the prompt only
+  EXPECT_FLOAT_EQ(got[3], -4.0f - 0.5f - 0.25f);      // -2 · 2, then once in the output
+  EXPECT_FLOAT_EQ(got[4], 0.25f - 2 * 0.5f - 0.25f);  // 0.5 / 2, then twice in the output
+  EXPECT_FLOAT_EQ(got[5], 1.0f);                      // untouched
+  // Scratch state is cleared: the same call again gives the same result.
+  std::vector<float> again = logits;
+  s.apply_penalties(again, in);
+  EXPECT_EQ(again, got);
+}
+
+TEST(Sampler, LogprobsAreTheRawLogSoftmax) {
+  Sampler s(kVocab);
+  const auto logits = ramp();
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 3;
+  p.repetition_penalty = 3.0;  // penalties do not change the reported logprobs
+  Logprobs lp;
+  const std::vector<int32_t> prompt{15};
+  SampleInput in = input(p);
+  in.prompt = prompt;
+  const int32_t tok = s.sample(logits.data(), in, &lp);
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  EXPECT_EQ(lp.sampled.token_id, tok);
+  EXPECT_NEAR(lp.sampled.logprob, logits[tok] - std::log(z), 1e-5);
+  EXPECT_EQ(lp.rank, kVocab - tok);
+  ASSERT_EQ(lp.top.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(lp.top[i].token_id, 15 - i);
+    EXPECT_NEAR(lp.top[i].logprob, logits[15 - i] - std::log(z), 1e-5);
+  }
+}
+
+TEST(Sampler, SuppressedIdsAreNeverSampled) {
+  Sampler s(kVocab);
+  const auto logits = ramp();
+  SamplingParams p;
+  p.temperature = 0;
+  const std::vector<int64_t> eos{15};
+  SampleInput in = input(p);
+  in.suppressed = eos;
+  EXPECT_EQ(s.sample(logits.data(), in, nullptr), 14);
+}
+
+}  // namespace
+}  // namespace mls

@@ -1,0 +1,31 @@
+// Per-request sampling and stopping parameters (OpenAI / vLLM field names and semantics).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace mls {
+
+struct SamplingParams {
+  int n = 1;                     // parallel samples of one prompt
+  int64_t max_tokens = 0;        // 0: up to max_model_len
+  int64_t min_tokens = 0;        // EOS and stop ids are suppressed before this many tokens
+  double temperature = 1.0;      // 0: greedy
+  int64_t top_k = 0;             // 0 or -1: all tokens
+  double top_p = 1.0;            // nucleus mass in (0, 1]
+  double min_p = 0.0;            // drop tokens below min_p · p(max)
+  std::optional<uint64_t> seed;  // fixed seed: the same tokens whatever else is batched
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repetition_penalty = 1.0;
+  std::vector<int64_t> stop_token_ids;
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob plus the top k
+
+  bool greedy() const { return temperature < 1e-5; }
+  // Throws InvalidArgument naming the first bad field and why.
+  void validate(int64_t vocab_size) const;
+};
+
+}  // namespace mls

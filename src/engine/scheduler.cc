@@ -1,0 +1,110 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mls {
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, KvBlockManager& blocks, bool prompt_len_in_hash)
+    : cfg_(cfg), blocks_(blocks), prompt_len_in_hash_(prompt_len_in_hash) {
+  if (cfg.max_num_batched_tokens < 1)
+    raise<InvalidArgument>("max_num_batched_tokens must be >= 1 (got {})",
+                           cfg.max_num_batched_tokens);
+  if (cfg.max_num_seqs < 1)
+    raise<InvalidArgument>("max_num_seqs must be >= 1 (got {})", cfg.max_num_seqs);
+  running_.reserve(cfg.max_num_seqs);
+  out_.reserve(cfg.max_num_seqs);
+}
+
+uint64_t Scheduler::salt(const Sequence& s) const {
+  return prompt_len_in_hash_ ? static_cast<uint64_t>(s.prompt_len) : 0;
+}
+
+void Scheduler::add(Sequence* seq) {
+  MLS_CHECK(seq->block_table.empty(), "a waiting sequence holds no blocks");
+  waiting_.push_back(seq);
+}
+
+void Scheduler::add_running(Sequence* seq) {
+  insert_running(seq);
+}
+
+void Scheduler::insert_running(Sequence* seq) {
+  const auto later = [](const Sequence* a, const Sequence* b) {
+    return a->arrival_order != b->arrival_order ? a->arrival_order < b->arrival_order
+                                                : a->sample_index < b->sample_index;
+  };
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), seq, later), seq);
+}
+
+void Scheduler::remove(Sequence* seq) {
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
+    running_.erase(it);
+  else if (auto w = std::find(waiting_.begin(), waiting_.end(), seq); w != waiting_.end())
+    waiting_.erase(w);
+  blocks_.free(seq->block_table);
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  blocks_.free(seq->block_table);
+  seq->num_computed = 0;
+  waiting_.push_front(seq);
+  ++preemptions_;
+}
+
+const std::vector<ScheduledChunk>& Scheduler::schedule() {
+  out_.clear();
+  int64_t budget = cfg_.max_num_batched_tokens;
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i];
+    const int64_t n = std::min(static_cast<int64_t>(s->tokens.size()) - s->num_computed, budget);
+    // Victims come from the back, past every sequence already scheduled this step.
+    while (s && !blocks_.allocate(s->block_table, s->num_computed + n)) {
+      Sequence* victim = running_.back();
+      preempt(victim);
+      preempted = true;
+      if (victim == s) s = nullptr;
+    }
+    if (!s) break;
+    out_.push_back({s, n});
+    budget -= n;
+  }
+  // Admitting while others were just preempted would only thrash.
+  while (!preempted && !waiting_.empty() && budget > 0) {
+    Sequence* s = waiting_.front();
+    if (static_cast<int64_t>(running_.size()) + s->seq_slots > cfg_.max_num_seqs) break;
+    const auto len = static_cast<int64_t>(s->tokens.size());
+    if (blocks_.prefix_caching()) {
+      blocks_.extend_hashes(s->tokens, salt(*s), s->block_hashes);
+      s->num_computed = blocks_.take_cached_prefix(s->block_hashes, len, s->block_table);
+    }
+    const int64_t n = std::min(len - s->num_computed, budget);
+    if (!blocks_.allocate(s->block_table, s->num_computed + n)) {
+      blocks_.free(s->block_table);
+      s->num_computed = 0;
+      break;
+    }
+    waiting_.pop_front();
+    insert_running(s);
+    out_.push_back({s, n});
+    budget -= n;
+  }
+  return out_;
+}
+
+void Scheduler::commit() {
+  for (const ScheduledChunk& c : out_) {
+    Sequence& s = *c.seq;
+    s.num_computed += c.num_new;
+    if (!blocks_.prefix_caching()) continue;
+    blocks_.extend_hashes(std::span(s.tokens).first(s.num_computed), salt(s), s.block_hashes);
+    const auto full =
+        std::min<size_t>(s.block_hashes.size(), s.num_computed / blocks_.block_size());
+    blocks_.cache_blocks(s.block_table, std::span(s.block_hashes).first(full));
+  }
+}
+
+}  // namespace mls

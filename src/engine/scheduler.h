@@ -1,0 +1,66 @@
+// Chooses each step's work (vLLM V1 policy): one token budget shared by decode tokens and
+// chunked prefill; running sequences first (in arrival order), then waiting ones FCFS while
+// budget, sequence slots and KV blocks last. When a running sequence needs a block and none is
+// left, the latest-arrived running sequence is preempted by recompute: its blocks are freed and
+// it goes back to the front of the waiting queue, to be recomputed (prefix cache permitting,
+// cheaply) when it is admitted again.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/kv_block_manager.h"
+#include "engine/sequence.h"
+
+namespace mls {
+
+struct SchedulerConfig {
+  int64_t max_num_batched_tokens = 8192;
+  int64_t max_num_seqs = 256;
+};
+
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int64_t num_new = 0;  // tokens from seq->num_computed on
+};
+
+class Scheduler {
+ public:
+  // prompt_len_in_hash: the KV of a block depends on the request's prompt length too (DSA: the
+  // reference's top-k tie order over a prompt row depends on the row's length), so block
+  // hashes are salted with it and only requests with equal prompt lengths share blocks.
+  Scheduler(const SchedulerConfig& cfg, KvBlockManager& blocks, bool prompt_len_in_hash);
+
+  // Queues a sequence that holds no blocks (new, or re-queued).
+  void add(Sequence* seq);
+  // Queues a running sequence right after the sequences already running (forked samples).
+  void add_running(Sequence* seq);
+  // Drops a sequence wherever it is and frees its blocks.
+  void remove(Sequence* seq);
+
+  // Plans one step; the chunks are valid until the next call.
+  const std::vector<ScheduledChunk>& schedule();
+  // After the forward: advances num_computed of the scheduled chunks and publishes full blocks.
+  void commit();
+
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  bool empty() const { return running_.empty() && waiting_.empty(); }
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  void preempt(Sequence* seq);
+  void insert_running(Sequence* seq);
+  uint64_t salt(const Sequence& s) const;
+
+  SchedulerConfig cfg_;
+  KvBlockManager& blocks_;
+  bool prompt_len_in_hash_;
+  std::vector<Sequence*> running_;  // arrival order
+  std::deque<Sequence*> waiting_;
+  std::vector<ScheduledChunk> out_;
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace mls

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/model_commands.h"
+#include "cli/plan_memory_command.h"
 #include "cli/text_commands.h"
 #include "core/error.h"
 
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   mls::cli::add_model_commands(app);
   mls::cli::add_text_commands(app);
+  mls::cli::add_plan_memory_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -52,7 +52,7 @@ struct ModelRunner::Rank {
   }
 };
 
-ModelRunner::ModelRunner(const RunnerOptions& opts) {
+ModelRunner::ModelRunner(const RunnerOptions& opts) : sequence_parallel_(opts.sequence_parallel) {
   const int tp = opts.tensor_parallel_size;
   if (tp < 1) raise<InvalidArgument>("--tensor-parallel-size must be >= 1 (got {})", tp);
   if (!opts.device.is_cpu())
@@ -61,6 +61,7 @@ ModelRunner::ModelRunner(const RunnerOptions& opts) {
   for (int r = 0; r < tp; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->index = r;
+    rank->alloc->set_meta(opts.meta);
     allocs.push_back(rank->alloc.get());
     ranks_.push_back(std::move(rank));
   }
@@ -118,6 +119,12 @@ void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   });
   num_blocks_ = num_blocks;
   block_size_ = block_size;
+}
+
+void ModelRunner::release_kv_cache() {
+  run_on_all_ranks([](Rank& r) { r.kv = KvCache(); });
+  num_blocks_ = 0;
+  block_size_ = 0;
 }
 
 Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {

@@ -19,6 +19,9 @@ struct RunnerOptions {
   int tensor_parallel_size = 1;
   bool sequence_parallel = false;
   Device device = Device::cpu();
+  // Trace only: every rank's allocator starts in meta mode, so weights get their true sizes but
+  // no memory (planning a model that does not fit this machine).
+  bool meta = false;
 };
 
 class ModelRunner {
@@ -35,6 +38,9 @@ class ModelRunner {
 
   // (Re)allocates the paged KV cache on every rank.
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size);
+  // Frees the KV cache on every rank.
+  void release_kv_cache();
+  bool sequence_parallel() const { return sequence_parallel_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
 
@@ -47,6 +53,7 @@ class ModelRunner {
 
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::unique_ptr<Communicator>> comms_;
+  bool sequence_parallel_ = false;
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
 };

@@ -44,11 +44,11 @@ std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& 
   for (size_t s = 0; s < step.batch->seqs.size(); ++s) {
     const SequenceChunk& sc = step.batch->seqs[s];
     const int64_t S = sc.num_cached + sc.num_new;
-    Tensor keys = step.gather_cache(s, index_cache, S, act);
     Tensor out = Tensor::empty({sc.num_new, c.index_topk}, DType::kI32, act, a);
-    ops::indexer_topk(step.seq_rows(s, q3), keys, step.seq_rows(s, weights),
+    const ops::KeyPages pages{sc.block_table.data(), step.block_size, S};
+    ops::indexer_topk(step.seq_rows(s, q3), index_cache, step.seq_rows(s, weights),
                       step.seq_rows(s, step.positions), sc.prompt_len > 0 ? sc.prompt_len : S,
-                      score_scale, out);
+                      score_scale, pages, out);
     chosen.push_back(std::move(out));
   }
   return chosen;

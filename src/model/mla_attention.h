@@ -1,7 +1,8 @@
-// Multi-head Latent Attention of one layer over the paged cache (REFERENCE.md "MLA attention").
-// Sequences with one new token (decode) use the absorbed form — scores against the latent
-// with kv_b_proj folded into the query and the output; others expand the cached latent
-// through kv_b_proj. Both are the same math.
+// Multi-head Latent Attention of one layer over the paged cache (REFERENCE.md "MLA attention"),
+// in the absorbed form for every token: kv_b_proj's key half is folded into the query
+// (q_nope · W_UK) and its value half applied after the weighted sum (· W_UVᵀ), so scores are
+// taken against the cached latent [c, k_rot] read in place through the block table. Memory is
+// O(new tokens), never O(context): the profiled worst case covers any cached context length.
 #pragma once
 
 #include <vector>
@@ -30,13 +31,6 @@ class MlaAttention {
                 const Tensor& q, const ChosenIndices& chosen) const;
 
  private:
-  void attend_expanded(const LayerWeights& w, const StepContext& step, size_t s,
-                       const Tensor& latent, const Tensor& q, const Tensor* allowed,
-                       Tensor& o) const;
-  void attend_absorbed(const LayerWeights& w, const StepContext& step, size_t s,
-                       const Tensor& latent, const Tensor& q, const Tensor* allowed,
-                       Tensor& o) const;
-
   const io::ModelConfig& c_;
   const ModelConstants& k_;
   int64_t layer_;

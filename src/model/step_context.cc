@@ -1,7 +1,5 @@
 #include "model/step_context.h"
 
-#include <cstring>
-
 #include "core/error.h"
 #include "ops/rope.h"
 
@@ -61,15 +59,6 @@ StepContext::StepContext(const ForwardBatch& b, int64_t bs, Allocator& a)
     }
   }
   if (row != N) raise<InternalError>("batch lists {} tokens but its sequences cover {}", N, row);
-}
-
-Tensor StepContext::gather_cache(size_t s, const Tensor& cache, int64_t n, MemTag tag) const {
-  const int64_t w = cache.dim(1);
-  Tensor out = Tensor::empty({n, w}, DType::kF32, tag, *alloc);
-  if (!out.raw()) return out;
-  for (int64_t p = 0; p < n; ++p)
-    std::memcpy(out.data<float>() + p * w, cache.data<float>() + slot(s, p) * w, w * sizeof(float));
-  return out;
 }
 
 }  // namespace mls

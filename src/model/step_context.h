@@ -37,8 +37,6 @@ struct StepContext {
     const auto& bt = batch->seqs[s].block_table;
     return static_cast<int64_t>(bt[p / block_size]) * block_size + p % block_size;
   }
-  // Gathers cache rows of positions [0, n) of sequence s into a new [n, width] tensor.
-  Tensor gather_cache(size_t s, const Tensor& cache, int64_t n, MemTag tag) const;
   // Rows of this sequence's new tokens in a [N, ...] tensor.
   Tensor seq_rows(size_t s, const Tensor& x) const {
     return x.narrow(0, seq_start[s], batch->seqs[s].num_new);

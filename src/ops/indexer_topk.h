@@ -11,20 +11,28 @@
 
 namespace mls::ops {
 
+// Where key position j lives: row j of k, or with a block table (paged cache) row
+// block_table[j / block_size] · block_size + j % block_size; num_keys = S.
+struct KeyPages {
+  const int32_t* block_table = nullptr;
+  int64_t block_size = 0;
+  int64_t num_keys = 0;
+};
+
 namespace cpu {
 void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
-                  int64_t prompt_len, float scale, Tensor& chosen);
+                  int64_t prompt_len, float scale, const KeyPages& pages, Tensor& chosen);
 }
 namespace cuda {
 void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
-                  int64_t prompt_len, float scale, Tensor& chosen);
+                  int64_t prompt_len, float scale, const KeyPages& pages, Tensor& chosen);
 }
 
-// q [T, Hi, Di], k [S, Di], w [T, Hi] (weights_proj output, already × Hi^-0.5), q_pos i32 [T]
-// → chosen i32 [T, topk], unused slots −1.
+// q [T, Hi, Di], k [S or cache rows, Di], w [T, Hi] (weights_proj output, already × Hi^-0.5), q_pos
+// i32 [T] → chosen i32 [T, topk], unused slots −1.
 inline void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
-                         int64_t prompt_len, float scale, Tensor& chosen) {
-  MLS_DISPATCH(chosen, indexer_topk, q, k, w, q_pos, prompt_len, scale, chosen);
+                         int64_t prompt_len, float scale, const KeyPages& pages, Tensor& chosen) {
+  MLS_DISPATCH(chosen, indexer_topk, q, k, w, q_pos, prompt_len, scale, pages, chosen);
 }
 
 }  // namespace mls::ops

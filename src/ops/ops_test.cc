@@ -168,6 +168,26 @@ TEST(Attention, CausalAndSparseMatchNaive) {
   }
 }
 
+TEST(Attention, PagedKeysReadTheCacheInPlace) {
+  // Positions 0..4 in blocks of 2 laid out as blocks {3, 0, 2} of a 4-block cache.
+  const int T = 5, D = 3;
+  Tensor q = random({T, 2, D}, 11), k = random({T, 1, D}, 12), v = random({T, 1, 2}, 13);
+  const std::vector<int32_t> table = {3, 0, 2};
+  Tensor kc = Tensor::zeros({8, 1, D}, DType::kF32, MemTag::kActivation);
+  Tensor vc = Tensor::zeros({8, 1, 2}, DType::kF32, MemTag::kActivation);
+  for (int j = 0; j < T; ++j) {
+    const int row = table[j / 2] * 2 + j % 2;
+    std::copy_n(k.data<float>() + j * D, D, kc.data<float>() + row * D);
+    std::copy_n(v.data<float>() + j * 2, 2, vc.data<float>() + row * 2);
+  }
+  Tensor want = Tensor::empty({T, 2, 2}, DType::kF32, MemTag::kActivation);
+  Tensor got = Tensor::empty({T, 2, 2}, DType::kF32, MemTag::kActivation);
+  attention(q, k, v, ids({0, 1, 2, 3, 4}), {0.5f}, want);
+  AttentionArgs paged{.scale = 0.5f, .block_table = table.data(), .block_size = 2, .num_keys = T};
+  attention(q, kc, vc, ids({0, 1, 2, 3, 4}), paged, got);
+  for (int i = 0; i < got.numel(); ++i) EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]);
+}
+
 TEST(Attention, SharedLatentHeadBroadcasts) {
   Tensor q = random({2, 3, 4}, 6), k = random({2, 1, 4}, 7), v = random({2, 1, 2}, 8);
   Tensor out = Tensor::empty({2, 3, 2}, DType::kF32, MemTag::kActivation);
@@ -243,7 +263,7 @@ TEST(IndexerTopk, CausalRowsAndShortRows) {
   Tensor k = filled({T, D}, {1, 0, 3, 0, 2, 0, -1, 0});
   Tensor w = filled({T, H}, {1, 1, 1, 1});
   Tensor chosen = Tensor::empty({T, 2}, DType::kI32, MemTag::kActivation);
-  indexer_topk(q, k, w, ids({0, 1, 2, 3}), 4, 1.0f, chosen);
+  indexer_topk(q, k, w, ids({0, 1, 2, 3}), 4, 1.0f, {}, chosen);
   const int32_t* c = chosen.data<int32_t>();
   EXPECT_EQ(c[0], 0);  // one valid key: it, and the masked slot reads -1
   EXPECT_EQ(c[1], -1);

@@ -11,9 +11,10 @@ namespace mls::ops::cpu {
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
                const AttentionArgs& args, Tensor& out) {
   const int64_t T = q.dim(0), H = q.dim(1), Dk = q.dim(2);
-  const int64_t S = k.dim(0), Hk = k.dim(1), Dv = v.dim(2);
+  const bool paged = args.block_table != nullptr;
+  const int64_t S = paged ? args.num_keys : k.dim(0), Hk = k.dim(1), Dv = v.dim(2);
   if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3 || out.ndim() != 3 || k.dim(2) != Dk ||
-      v.dim(0) != S || v.dim(1) != Hk || (Hk != 1 && Hk != H) || out.dim(0) != T ||
+      v.dim(0) != k.dim(0) || v.dim(1) != Hk || (Hk != 1 && Hk != H) || out.dim(0) != T ||
       out.dim(1) != H || out.dim(2) != Dv || q_pos.numel() != T || q.stride(2) != 1 ||
       k.stride(2) != 1 || v.stride(2) != 1 || out.stride(2) != 1)
     raise<ShapeError>("attention: q {} k {} v {} out {} positions {} do not fit", q.str(), k.str(),
@@ -26,6 +27,11 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     if (pos[t] < 0 || pos[t] >= S)
       raise<ShapeError>("attention: query position {} outside the {} keys", pos[t], S);
 
+  auto row = [&](int32_t j) -> int64_t {
+    return paged ? static_cast<int64_t>(args.block_table[j / args.block_size]) * args.block_size +
+                       j % args.block_size
+                 : j;
+  };
   ThreadPool::global().parallel_for(T * H, 4, [&](int64_t b, int64_t e) {
     std::vector<int32_t> keys;
     std::vector<float> p;
@@ -46,7 +52,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       p.resize(keys.size());
       float m = -std::numeric_limits<float>::infinity();
       for (size_t i = 0; i < keys.size(); ++i) {
-        const float* kr = k.data<float>() + keys[i] * k.stride(0) + hk * k.stride(1);
+        const float* kr = k.data<float>() + row(keys[i]) * k.stride(0) + hk * k.stride(1);
         float s = 0;
         for (int64_t d = 0; d < Dk; ++d) s += qr[d] * kr[d];
         p[i] = s * args.scale;
@@ -59,7 +65,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       }
       std::fill(acc.begin(), acc.end(), 0.0);
       for (size_t i = 0; i < keys.size(); ++i) {
-        const float* vr = v.data<float>() + keys[i] * v.stride(0) + hk * v.stride(1);
+        const float* vr = v.data<float>() + row(keys[i]) * v.stride(0) + hk * v.stride(1);
         const float w = p[i] / sum;
         for (int64_t d = 0; d < Dv; ++d) acc[d] += static_cast<double>(w) * vr[d];
       }

@@ -10,8 +10,9 @@
 namespace mls::ops::cpu {
 
 void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
-                  int64_t prompt_len, float scale, Tensor& chosen) {
-  const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), S = k.dim(0);
+                  int64_t prompt_len, float scale, const KeyPages& pages, Tensor& chosen) {
+  const bool paged = pages.block_table != nullptr;
+  const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), S = paged ? pages.num_keys : k.dim(0);
   const int64_t topk = chosen.dim(1);
   if (q.ndim() != 3 || k.ndim() != 2 || k.dim(1) != D || w.dim(0) != T || w.dim(1) != H ||
       chosen.dim(0) != T || q_pos.numel() != T || q.stride(2) != 1 || k.stride(1) != 1 ||
@@ -33,7 +34,11 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
       for (int64_t h = 0; h < H; ++h) {
         const float* qr = q.data<float>() + t * q.stride(0) + h * q.stride(1);
         for (int64_t j = 0; j < valid; ++j) {
-          const float* kr = k.data<float>() + j * k.stride(0);
+          const int64_t r = paged ? static_cast<int64_t>(pages.block_table[j / pages.block_size]) *
+                                            pages.block_size +
+                                        j % pages.block_size
+                                  : j;
+          const float* kr = k.data<float>() + r * k.stride(0);
           float dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += qr[d] * kr[d];
           score[j] += wr[h] * std::max(dot * scale, 0.0f);

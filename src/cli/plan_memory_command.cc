@@ -1,0 +1,72 @@
+#include "cli/plan_memory_command.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "engine/memory_planner.h"
+
+namespace mls::cli {
+namespace {
+
+struct PlanFlags {
+  std::string model;
+  std::string load_format = "auto";
+  std::string profile_mode = "meta";
+  int tp = 1;
+  bool sequence_parallel = false;
+  PlanLimits limits;
+  int64_t device_memory_bytes = 0;
+  double utilization = 0.9;
+  int64_t kv_cache_memory_bytes = 0;
+  bool json = false;
+};
+
+void run(const PlanFlags& f) {
+  const ProfileMode mode = parse_profile_mode(f.profile_mode);
+  ModelRunner runner({.model = f.model,
+                      .load_format = parse_load_format(f.load_format),
+                      .tensor_parallel_size = f.tp,
+                      .sequence_parallel = f.sequence_parallel,
+                      .meta = mode == ProfileMode::kMeta});
+  PlanBudget budget{
+      .device_bytes = f.device_memory_bytes > 0 ? f.device_memory_bytes : available_host_memory(),
+      .utilization = f.utilization,
+      .kv_cache_memory_bytes = {}};
+  if (f.kv_cache_memory_bytes > 0) budget.kv_cache_memory_bytes = f.kv_cache_memory_bytes;
+  const MemoryPlan plan = plan_memory(runner, f.limits, budget, mode);
+  if (f.json)
+    std::printf("%s\n", plan.to_json().dump().c_str());
+  else
+    std::printf("%s", plan.report().c_str());
+}
+
+}  // namespace
+
+void add_plan_memory_command(CLI::App& app) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan-memory", "Profile the worst-case step and size the KV cache (per rank)");
+  cmd->add_option("--model", f->model, "Model directory (config.json; weights unless dummy)")
+      ->required();
+  cmd->add_option("--load-format", f->load_format, "auto | dummy");
+  cmd->add_option("--profile-mode", f->profile_mode,
+                  "meta (trace allocations, no compute; default) | real (run the forward)");
+  cmd->add_option("--tensor-parallel-size", f->tp, "Ranks")->check(CLI::PositiveNumber);
+  cmd->add_flag("--sequence-parallel", f->sequence_parallel, "Token-shard the residual stream");
+  cmd->add_option("--max-num-batched-tokens", f->limits.max_num_batched_tokens,
+                  "Token budget of one step (default 8192)");
+  cmd->add_option("--max-num-seqs", f->limits.max_num_seqs, "Sequences per step (default 256)");
+  cmd->add_option("--max-model-len", f->limits.max_model_len,
+                  "Longest request (default: max_position_embeddings)");
+  cmd->add_option("--block-size", f->limits.block_size, "Tokens per KV block (default 64)");
+  cmd->add_option("--device-memory-bytes", f->device_memory_bytes,
+                  "Memory per rank (default: available host memory)");
+  cmd->add_option("--gpu-memory-utilization", f->utilization, "Fraction of it to use (0.9)");
+  cmd->add_option("--kv-cache-memory-bytes", f->kv_cache_memory_bytes,
+                  "KV cache bytes per rank, overriding the computed budget");
+  cmd->add_flag("--json", f->json, "One JSON object");
+  cmd->callback([f] { run(*f); });
+}
+
+}  // namespace mls::cli

@@ -67,16 +67,25 @@ ModelRunner::ModelRunner(const RunnerOptions& opts) : sequence_parallel_(opts.se
   }
   comms_ = make_in_process_group(tp, allocs);
   for (auto& r : ranks_) r->worker = std::thread([rank = r.get()] { rank->loop(); });
-  run_on_all_ranks([&](Rank& r) {
-    LoadOptions lo;
-    lo.format = opts.load_format;
-    lo.parallel = {tp, r.index, comms_[r.index].get(), opts.sequence_parallel};
-    lo.alloc = r.alloc.get();
-    r.model = Model::load(opts.model, lo);
-  });
+  try {
+    run_on_all_ranks([&](Rank& r) {
+      LoadOptions lo;
+      lo.format = opts.load_format;
+      lo.parallel = {tp, r.index, comms_[r.index].get(), opts.sequence_parallel};
+      lo.alloc = r.alloc.get();
+      r.model = Model::load(opts.model, lo);
+    });
+  } catch (...) {
+    stop_workers();  // no destructor runs for a half-built runner
+    throw;
+  }
 }
 
 ModelRunner::~ModelRunner() {
+  stop_workers();
+}
+
+void ModelRunner::stop_workers() {
   for (auto& r : ranks_) {
     {
       std::lock_guard lock(r->mu);

@@ -50,6 +50,7 @@ class ModelRunner {
  private:
   struct Rank;
   void run_on_all_ranks(const std::function<void(Rank&)>& fn);
+  void stop_workers();
 
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::unique_ptr<Communicator>> comms_;

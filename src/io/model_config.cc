@@ -387,6 +387,7 @@ ModelConfig ModelConfig::from_json(const json& j, std::string_view source_name) 
 
 ModelConfig ModelConfig::load(const fs::path& dir) {
   const fs::path config_path = dir / "config.json";
+  if (!fs::is_directory(dir)) raise<ConfigError>("model directory {} does not exist", dir.string());
   if (!fs::is_regular_file(config_path))
     raise<ConfigError>("{}: no config.json in this directory", dir.string());
   ModelConfig c = from_json(read_json(config_path), config_path.string());

@@ -117,6 +117,15 @@ MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const Plan
   return plan;
 }
 
+void apply_plan(ModelRunner& runner, const MemoryPlan& plan) {
+  runner.allocate_kv_cache(plan.num_blocks, plan.block_size);
+  for (int r = 0; r < runner.tp_size(); ++r) {
+    Allocator& a = runner.allocator(r);
+    const RankPlan& p = plan.ranks[r];
+    a.set_limit(a.stats().current_total + p.profiled_activation_bytes + p.workspace_bytes);
+  }
+}
+
 nlohmann::json MemoryPlan::to_json() const {
   nlohmann::json rs = nlohmann::json::array();
   for (const RankPlan& r : ranks)

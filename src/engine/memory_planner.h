@@ -69,6 +69,12 @@ ForwardBatch profiling_batch(int64_t tokens, int64_t seqs, int64_t block_size);
 MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const PlanBudget& budget,
                        ProfileMode mode);
 
+// Allocates plan.num_blocks KV blocks on every rank and caps each rank's allocator at what the
+// plan accounted for (weights + KV + profiled peak activation + workspace): a serving step that
+// would allocate past the plan fails with OutOfMemory naming the tag — a planner bug caught at
+// the allocation, not a device OOM later.
+void apply_plan(ModelRunner& runner, const MemoryPlan& plan);
+
 // Available host memory (MemAvailable), the CPU device's default budget.
 int64_t available_host_memory();
 

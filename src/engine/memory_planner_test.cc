@@ -183,7 +183,7 @@ TEST(MemoryPlanner, StressNeverPassesTheProfiledPeak) {
                    .utilization = 0.9,
                    .kv_cache_memory_bytes = KvCache::bytes_per_token(runner.config()) * 16 * 24},
                   ProfileMode::kReal);
-  runner.allocate_kv_cache(plan.num_blocks, limits.block_size);
+  apply_plan(runner, plan);  // from here an allocation past the plan throws
   Engine engine(runner, {.max_num_batched_tokens = limits.max_num_batched_tokens,
                          .max_num_seqs = limits.max_num_seqs,
                          .max_model_len = limits.max_model_len});

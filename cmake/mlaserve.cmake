@@ -10,7 +10,8 @@ function(mls_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# One gtest binary per subject; each TEST is its own CTest entry.
+# One gtest binary per subject; each TEST is its own CTest entry, prefixed with the binary's
+# name so that `ctest -R <subject>` selects a subject's tests.
 function(mls_test name)
   if(NOT MLASERVE_TESTS)
     return()
@@ -23,5 +24,6 @@ function(mls_test name)
     MLASERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     MLASERVE_BINARY_DIR="${PROJECT_BINARY_DIR}")
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60)
+  gtest_discover_tests(${name} TEST_PREFIX "${name}." DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 60)
 endfunction()

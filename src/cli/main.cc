@@ -4,6 +4,7 @@
 
 #include "cli/model_commands.h"
 #include "cli/plan_memory_command.h"
+#include "cli/serve_command.h"
 #include "cli/text_commands.h"
 #include "core/error.h"
 
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   mls::cli::add_model_commands(app);
   mls::cli::add_text_commands(app);
   mls::cli::add_plan_memory_command(app);
+  mls::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

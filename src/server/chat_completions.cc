@@ -1,0 +1,301 @@
+#include "server/chat_completions.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "server/errors.h"
+#include "server/logprobs_format.h"
+#include "server/request_driver.h"
+#include "server/sse.h"
+
+namespace mls::server {
+
+using json = nlohmann::json;
+
+struct ChatResponder::Delta {
+  std::string reasoning;
+  std::string content;
+  std::vector<chat::ToolEvent> tool_events;
+};
+
+struct ChatResponder::Choice {
+  int index = 0;
+  std::unique_ptr<chat::ReasoningParser> reasoning_parser;
+  std::unique_ptr<chat::ToolParser> tool_parser;
+  bool opened = false;  // streaming: the role chunk went out
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+  // Non-streaming accumulation.
+  std::string reasoning;
+  std::string content;
+  std::vector<chat::ToolCall> calls;
+  std::vector<Logprobs> logprobs;
+};
+
+ChatResponder::ChatResponder(ChatOutputConfig cfg, const tok::Tokenizer& tokenizer)
+    : cfg_(std::move(cfg)), tok_(tokenizer) {}
+
+ChatResponder::~ChatResponder() = default;
+
+ChatResponder::Choice& ChatResponder::choice(int index) {
+  while (static_cast<int>(choices_.size()) <= index) {
+    auto c = std::make_unique<Choice>();
+    c->index = static_cast<int>(choices_.size());
+    if (!cfg_.reasoning_parser.empty())
+      c->reasoning_parser = std::make_unique<chat::ReasoningParser>(cfg_.starts_in_reasoning);
+    if (!cfg_.tool_parser.empty() && cfg_.tool_choice != ToolChoice::kNone)
+      c->tool_parser =
+          std::make_unique<chat::ToolParser>(chat::tool_call_format(cfg_.tool_parser, cfg_.tools));
+    choices_.push_back(std::move(c));
+  }
+  return *choices_[static_cast<size_t>(index)];
+}
+
+ChatResponder::Delta ChatResponder::process(Choice& c, const OutputEvent& ev) {
+  completion_tokens_ += static_cast<int64_t>(ev.token_ids.size());
+  Delta d;
+  std::string content = ev.text;
+  if (c.reasoning_parser) {
+    chat::ReasoningDelta r = c.reasoning_parser->feed(ev.text);
+    if (ev.finish != FinishReason::kNone) {
+      chat::ReasoningDelta tail = c.reasoning_parser->finish();
+      r.reasoning += tail.reasoning;
+      r.content += tail.content;
+    }
+    if (cfg_.include_reasoning) d.reasoning = std::move(r.reasoning);
+    content = std::move(r.content);
+  }
+  if (c.tool_parser) {
+    d.tool_events = c.tool_parser->feed(content);
+    if (ev.finish != FinishReason::kNone)
+      for (chat::ToolEvent& e : c.tool_parser->finish()) d.tool_events.push_back(std::move(e));
+    // Content events are folded into the content delta; the rest stay tool-call events.
+    std::vector<chat::ToolEvent> calls;
+    for (chat::ToolEvent& e : d.tool_events) {
+      if (e.kind == chat::ToolEvent::kContent)
+        d.content += e.text;
+      else
+        calls.push_back(std::move(e));
+    }
+    d.tool_events = std::move(calls);
+  } else {
+    d.content = std::move(content);
+  }
+  if (ev.finish != FinishReason::kNone) {
+    c.finish = ev.finish;
+    c.error = ev.error;
+  }
+  return d;
+}
+
+const char* ChatResponder::finish_reason(const Choice& c) const {
+  const bool has_calls = !c.calls.empty();
+  // A named tool_choice is an answer the client asked for: OpenAI reports "stop".
+  if (has_calls && c.finish == FinishReason::kStop && cfg_.tool_choice != ToolChoice::kNamed)
+    return "tool_calls";
+  return finish_reason_name(c.finish);
+}
+
+json ChatResponder::usage(int64_t prompt_tokens) const {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens_},
+          {"total_tokens", prompt_tokens + completion_tokens_}};
+}
+
+std::vector<json> ChatResponder::stream_chunks(const std::vector<OutputEvent>& events) {
+  std::vector<json> out;
+  const auto chunk = [&](int index, json delta, const json& logprobs, const json& finish) {
+    return json{{"id", cfg_.id},
+                {"object", "chat.completion.chunk"},
+                {"created", cfg_.created},
+                {"model", cfg_.model},
+                {"choices", json::array({{{"index", index},
+                                          {"delta", std::move(delta)},
+                                          {"logprobs", logprobs},
+                                          {"finish_reason", finish}}})}};
+  };
+  for (const OutputEvent& ev : events) {
+    Choice& c = choice(ev.choice);
+    if (!c.opened) {
+      c.opened = true;
+      out.push_back(chunk(c.index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+    }
+    if (!ev.error.empty()) {
+      out.push_back({{"error", error_body(500, ev.error)["error"]}});
+      c.finish = ev.finish;
+      continue;
+    }
+    Delta d = process(c, ev);
+    json logprobs = nullptr;
+    if (cfg_.logprobs && !ev.logprobs.empty())
+      logprobs = {{"content", chat_logprob_entries(tok_, ev.logprobs)}};
+    json delta = json::object();
+    if (!d.reasoning.empty()) {
+      delta["reasoning"] = d.reasoning;
+      delta["reasoning_content"] = d.reasoning;
+    }
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.tool_events.empty()) {
+      json calls = json::array();
+      for (const chat::ToolEvent& e : d.tool_events) {
+        if (e.kind == chat::ToolEvent::kToolCallStart) {
+          c.calls.push_back({e.id, e.name, ""});
+          calls.push_back({{"index", e.index},
+                           {"id", e.id},
+                           {"type", "function"},
+                           {"function", {{"name", e.name}, {"arguments", ""}}}});
+        } else {
+          calls.push_back({{"index", e.index}, {"function", {{"arguments", e.text}}}});
+        }
+      }
+      delta["tool_calls"] = std::move(calls);
+    }
+    const bool done = ev.finish != FinishReason::kNone;
+    if (delta.empty() && logprobs.is_null() && !done) continue;
+    out.push_back(
+        chunk(c.index, std::move(delta), logprobs, done ? json(finish_reason(c)) : json(nullptr)));
+  }
+  return out;
+}
+
+std::optional<json> ChatResponder::usage_chunk(int64_t prompt_tokens) const {
+  if (!cfg_.include_usage) return std::nullopt;
+  return json{
+      {"id", cfg_.id},       {"object", "chat.completion.chunk"}, {"created", cfg_.created},
+      {"model", cfg_.model}, {"choices", json::array()},          {"usage", usage(prompt_tokens)}};
+}
+
+void ChatResponder::absorb(const std::vector<OutputEvent>& events) {
+  for (const OutputEvent& ev : events) {
+    Choice& c = choice(ev.choice);
+    if (!ev.error.empty()) throw InternalError(ev.error);
+    Delta d = process(c, ev);
+    c.reasoning += d.reasoning;
+    c.content += d.content;
+    for (const chat::ToolEvent& e : d.tool_events) {
+      if (e.kind == chat::ToolEvent::kToolCallStart)
+        c.calls.push_back({e.id, e.name, ""});
+      else
+        c.calls.at(static_cast<size_t>(e.index)).arguments += e.text;
+    }
+    c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  }
+}
+
+json ChatResponder::response(int64_t prompt_tokens) const {
+  json choices = json::array();
+  for (const auto& cp : choices_) {
+    const Choice& c = *cp;
+    json msg = {{"role", "assistant"}};
+    msg["content"] = c.content.empty() && !c.calls.empty() ? json(nullptr) : json(c.content);
+    if (!c.reasoning.empty()) {
+      msg["reasoning"] = c.reasoning;
+      msg["reasoning_content"] = c.reasoning;
+    }
+    if (!c.calls.empty()) {
+      json calls = json::array();
+      for (const chat::ToolCall& tc : c.calls)
+        calls.push_back({{"id", tc.id},
+                         {"type", "function"},
+                         {"function", {{"name", tc.name}, {"arguments", tc.arguments}}}});
+      msg["tool_calls"] = std::move(calls);
+    }
+    json logprobs = nullptr;
+    if (cfg_.logprobs) logprobs = {{"content", chat_logprob_entries(tok_, c.logprobs)}};
+    choices.push_back({{"index", c.index},
+                       {"message", std::move(msg)},
+                       {"logprobs", std::move(logprobs)},
+                       {"finish_reason", finish_reason(c)}});
+  }
+  return {{"id", cfg_.id},       {"object", "chat.completion"},   {"created", cfg_.created},
+          {"model", cfg_.model}, {"choices", std::move(choices)}, {"usage", usage(prompt_tokens)}};
+}
+
+std::string render_chat_prompt(const ServingContext& ctx, const ChatRequest& req) {
+  if (!ctx.chat_template)
+    bad_request("this model has no chat template; pass --chat-template or use /v1/completions",
+                "messages");
+  try {
+    return chat::render_chat(*ctx.chat_template, req.template_request);
+  } catch (const InvalidArgument& e) {
+    bad_request(fmt::format("chat template: {}", e.what()), "messages");
+  }
+}
+
+namespace {
+
+// Templates that open <think> in the prompt (GLM-5, DeepSeek with thinking on) make the model
+// start inside reasoning.
+bool ends_in_think(const std::string& prompt) {
+  const size_t end = prompt.find_last_not_of(" \n");
+  return end != std::string::npos && end + 1 >= 7 && prompt.compare(end + 1 - 7, 7, "<think>") == 0;
+}
+
+}  // namespace
+
+Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
+  const ChatRequest req = parse_chat_request(parse_json_body(body), ctx.opts.defaults);
+  ctx.check_model(req.model);
+  const bool parse_tools = req.tool_choice != ToolChoice::kNone;
+  if (parse_tools && ctx.opts.tool_call_parser.empty())
+    bad_request("tool calls need the server started with --tool-call-parser", "tool_choice");
+  if (req.tool_choice == ToolChoice::kAuto && !ctx.opts.enable_auto_tool_choice)
+    bad_request(
+        "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+        "tool_choice");
+
+  const std::string prompt = render_chat_prompt(ctx, req);
+  std::vector<int32_t> ids;
+  try {
+    ids = ctx.tokenizer.encode(prompt, false);
+  } catch (const InvalidArgument& e) {
+    bad_request(e.what(), "messages");
+  }
+
+  ChatOutputConfig cfg{.id = random_id("chatcmpl"),
+                       .model = ctx.model_name(),
+                       .created = unix_time(),
+                       .reasoning_parser = ctx.opts.reasoning_parser,
+                       .starts_in_reasoning = ends_in_think(prompt),
+                       .include_reasoning = req.include_reasoning,
+                       .tool_parser = parse_tools ? ctx.opts.tool_call_parser : "",
+                       .tools = req.tools,
+                       .tool_choice = req.tool_choice,
+                       .logprobs = req.logprobs,
+                       .include_usage = req.sampling.include_usage};
+  auto driver = std::make_shared<RequestDriver>(ctx, cfg.id);
+  driver->submit(std::move(ids), req.sampling, "messages");
+  auto responder = std::make_shared<ChatResponder>(std::move(cfg), ctx.tokenizer);
+
+  Reply reply;
+  if (!req.sampling.stream) {
+    std::vector<OutputEvent> events;
+    while (driver->next(events)) {
+      responder->absorb(events);
+      events.clear();
+    }
+    reply.body = dump_json(responder->response(driver->prompt_tokens()));
+    return reply;
+  }
+  reply.content_type = "text/event-stream";
+  reply.stream = [driver, responder](const std::function<bool(std::string_view)>& write) {
+    std::vector<OutputEvent> events;
+    try {
+      while (driver->next(events)) {
+        for (const json& chunk : responder->stream_chunks(events))
+          if (!write(sse_event(chunk))) return driver->abort();
+        events.clear();
+      }
+      if (const auto usage = responder->usage_chunk(driver->prompt_tokens()))
+        if (!write(sse_event(*usage))) return;
+    } catch (const std::exception& e) {
+      // Headers are out: the error travels as a data chunk, as OpenAI streams report them.
+      driver->abort();
+      if (!write(sse_event({{"error", error_body(500, e.what())["error"]}}))) return;
+    }
+    write(sse_done());
+  };
+  return reply;
+}
+
+}  // namespace mls::server

@@ -1,0 +1,53 @@
+// POST /v1/completions: prompts (text or token ids, one or many) straight to the engine; each
+// prompt's n samples become consecutive choices, returned as a text_completion or streamed.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/output_stream.h"
+#include "server/serving_context.h"
+
+namespace mls::server {
+
+struct CompletionOutputConfig {
+  std::string id;
+  std::string model;
+  int64_t created = 0;
+  std::vector<std::string> echo;  // per choice: the prompt text to prepend (echo), else empty
+  bool logprobs = false;
+  bool include_usage = false;
+};
+
+class CompletionResponder {
+ public:
+  CompletionResponder(CompletionOutputConfig cfg, const tok::Tokenizer& tokenizer);
+
+  std::vector<nlohmann::json> stream_chunks(const std::vector<OutputEvent>& events);
+  std::optional<nlohmann::json> usage_chunk(int64_t prompt_tokens) const;
+
+  void absorb(const std::vector<OutputEvent>& events);
+  nlohmann::json response(int64_t prompt_tokens) const;
+
+ private:
+  struct Choice {
+    std::string text;
+    nlohmann::json logprobs;  // null until the first token with logprobs
+    int64_t offset = 0;
+    bool echoed = false;
+    FinishReason finish = FinishReason::kNone;
+  };
+  Choice& choice(int index);
+  nlohmann::json usage(int64_t prompt_tokens) const;
+
+  CompletionOutputConfig cfg_;
+  const tok::Tokenizer& tok_;
+  std::vector<Choice> choices_;
+  int64_t completion_tokens_ = 0;
+};
+
+Reply handle_completions(ServingContext& ctx, const std::string& body);
+
+}  // namespace mls::server

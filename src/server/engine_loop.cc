@@ -1,0 +1,97 @@
+#include "server/engine_loop.h"
+
+#include "core/logging.h"
+
+namespace mls::server {
+namespace {
+// How often a busy server logs its throughput line.
+constexpr auto kStatsInterval = std::chrono::seconds(10);
+}  // namespace
+
+EngineLoop::EngineLoop(Engine& engine) : engine_(engine), thread_([this] { run(); }) {}
+
+EngineLoop::~EngineLoop() {
+  stop();
+}
+
+void EngineLoop::submit(Request req) {
+  engine_.add_request(std::move(req));
+  {
+    std::lock_guard lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_one();
+}
+
+void EngineLoop::abort(const std::string& request_id) {
+  engine_.abort_request(request_id);
+  {
+    std::lock_guard lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_one();
+}
+
+std::string EngineLoop::failure() const {
+  std::lock_guard lock(failure_mu_);
+  return failure_;
+}
+
+void EngineLoop::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::log_stats(const EngineStats& now, const EngineStats& before,
+                           double seconds) const {
+  const double queries =
+      static_cast<double>(now.prefix_cache_queries - before.prefix_cache_queries);
+  const double hits = static_cast<double>(now.prefix_cache_hits - before.prefix_cache_hits);
+  MLS_LOG_INFO(
+      "Avg prompt throughput: {:.1f} tokens/s, Avg generation throughput: {:.1f} tokens/s, "
+      "Running: {} reqs, Waiting: {} reqs, KV cache usage: {:.1f}%, Prefix cache hit rate: "
+      "{:.1f}%",
+      static_cast<double>(now.prompt_tokens - before.prompt_tokens) / seconds,
+      static_cast<double>(now.generation_tokens - before.generation_tokens) / seconds,
+      now.num_running, now.num_waiting, now.kv_usage * 100.0,
+      queries > 0 ? 100.0 * hits / queries : 0.0);
+}
+
+void EngineLoop::run() {
+  EngineStats last = engine_.stats();
+  Clock::time_point last_log = Clock::now();
+  try {
+    for (;;) {
+      bool busy = engine_.has_work();
+      if (!busy) {
+        std::unique_lock lock(mu_);
+        // Stopping waits for the work in flight: handlers are draining their requests.
+        cv_.wait(lock, [&] { return wake_ || stopping_; });
+        wake_ = false;
+        if (stopping_ && !engine_.has_work()) return;
+        continue;
+      }
+      engine_.step();
+      const Clock::time_point now = Clock::now();
+      if (now - last_log >= kStatsInterval) {
+        const EngineStats cur = engine_.stats();
+        log_stats(cur, last, std::chrono::duration<double>(now - last_log).count());
+        last = cur;
+        last_log = now;
+      }
+    }
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard lock(failure_mu_);
+      failure_ = e.what();
+    }
+    failed_ = true;
+    MLS_LOG_ERROR("engine loop stopped: {}", e.what());
+  }
+}
+
+}  // namespace mls::server

@@ -1,0 +1,71 @@
+// Parsing and validation of OpenAI request bodies (/v1/completions, /v1/chat/completions) into
+// typed requests. Every malformed input becomes an ApiError 400 that names the field, so that
+// nothing downstream sees an unchecked value; the engine re-validates ranges it owns.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace mls::server {
+
+// Sampling defaults from the model's generation_config.json (`--generation-config auto`), used
+// when a request leaves the field out, as vLLM does.
+struct GenerationDefaults {
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int64_t> top_k, max_tokens;
+
+  // `mode` "auto" reads DIR/generation_config.json when present; "vllm" uses none.
+  static GenerationDefaults load(const std::filesystem::path& model_dir, const std::string& mode);
+};
+
+struct SamplingOptions {
+  SamplingParams params;  // max_tokens 0: up to max_model_len
+  std::vector<std::string> stop;
+  bool skip_special_tokens = true;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+struct ChatRequest {
+  std::string model;  // "" when the client left it out
+  // messages (normalised: text parts joined, reasoning -> reasoning_content), tools,
+  // chat_template_kwargs and add_generation_prompt, ready for chat::render_chat.
+  nlohmann::ordered_json template_request;
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_name;  // kNamed
+  bool include_reasoning = true;
+  bool logprobs = false;
+  SamplingOptions sampling;
+};
+
+struct PromptInput {
+  std::optional<std::string> text;  // tokenized by the server when set
+  std::vector<int32_t> ids;         // otherwise the client's token ids
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::vector<PromptInput> prompts;
+  bool echo = false;
+  bool add_special_tokens = true;
+  SamplingOptions sampling;
+};
+
+// A JSON object from a request body (400 on malformed JSON or a non-object).
+nlohmann::ordered_json parse_json_body(const std::string& body);
+
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
+                               const GenerationDefaults& defaults);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
+                                           const GenerationDefaults& defaults);
+
+}  // namespace mls::server

@@ -1,0 +1,162 @@
+#include "server/output_stream.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "server/metrics.h"
+
+namespace mls::server {
+
+void EventChannel::push(OutputEvent ev) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(ev));
+  }
+  cv_.notify_one();
+}
+
+bool EventChannel::wait(std::vector<OutputEvent>& out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return false;
+  for (OutputEvent& ev : queue_) out.push_back(std::move(ev));
+  queue_.clear();
+  return true;
+}
+
+OutputStream::OutputStream(const tok::Tokenizer& tokenizer, StreamSpec spec,
+                           std::shared_ptr<EventChannel> channel, Metrics* metrics)
+    : tok_(tokenizer), spec_(std::move(spec)), channel_(std::move(channel)), metrics_(metrics) {
+  for (int i = 0; i < spec_.n; ++i)
+    samples_.push_back(
+        {tok::IncrementalDetokenizer(tok_, spec_.skip_special_tokens), {}, 0, false, {}});
+  for (const std::string& s : spec_.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
+}
+
+TokenCallback OutputStream::callback(const tok::Tokenizer& tokenizer, StreamSpec spec,
+                                     std::shared_ptr<EventChannel> channel, Metrics* metrics) {
+  auto stream =
+      std::make_shared<OutputStream>(tokenizer, std::move(spec), std::move(channel), metrics);
+  return [stream](const TokenEvent& ev) { return stream->on_token(ev); };
+}
+
+Verdict OutputStream::on_token(const TokenEvent& ev) {
+  try {
+    return handle(ev);
+  } catch (const std::exception& e) {
+    // A failure here must not unwind through the engine's step: end every open choice instead.
+    for (size_t i = 0; i < samples_.size(); ++i) {
+      if (samples_[i].done) continue;
+      samples_[i].done = true;
+      OutputEvent ev_error;
+      ev_error.choice = spec_.first_choice + static_cast<int>(i);
+      ev_error.finish = FinishReason::kAbort;
+      ev_error.error = e.what();
+      channel_->push(std::move(ev_error));
+    }
+    return Verdict::kStop;
+  }
+}
+
+std::string OutputStream::token_text(Sample& s, int32_t id) {
+  // The model's vocabulary may be padded past the tokenizer's (1024 vs 1000 ids): such ids
+  // have no text.
+  if (id < 0 || id >= tok_.vocab_size()) return {};
+  try {
+    return s.detok.push(id);
+  } catch (const InvalidArgument&) {
+    return {};  // a hole in the tokenizer's id space
+  }
+}
+
+bool OutputStream::release(Sample& s, OutputEvent& ev) {
+  size_t match = std::string::npos;
+  for (const std::string& stop : spec_.stop) match = std::min(match, s.held.find(stop));
+  if (match != std::string::npos) {
+    ev.text += s.held.substr(0, match);  // the stop string itself is not output (vLLM)
+    s.held.clear();
+    return true;
+  }
+  // Keep back what could still grow into a stop string, cut at a character boundary.
+  size_t keep = max_stop_len_ > 0 ? std::min(s.held.size(), max_stop_len_ - 1) : 0;
+  size_t cut = s.held.size() - keep;
+  while (cut > 0 && cut < s.held.size() && (static_cast<unsigned char>(s.held[cut]) & 0xC0) == 0x80)
+    --cut;
+  ev.text += s.held.substr(0, cut);
+  s.held.erase(0, cut);
+  return false;
+}
+
+void OutputStream::finish(Sample& s, OutputEvent& ev, FinishReason reason, const TokenEvent& src) {
+  s.done = true;
+  ev.finish = reason;
+  if (++num_done_ < spec_.n || !metrics_) return;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const Clock::time_point end =
+      src.timings.finish == Clock::time_point{} ? Clock::now() : src.timings.finish;
+  const double ttft = src.timings.first_token == Clock::time_point{}
+                          ? -1.0
+                          : seconds(src.timings.arrival, src.timings.first_token);
+  metrics_->observe_request(ttft, seconds(src.timings.arrival, end), reason);
+}
+
+Verdict OutputStream::handle(const TokenEvent& ev) {
+  if (ev.sample_index < 0 || ev.sample_index >= spec_.n) return Verdict::kContinue;
+  Sample& s = samples_[static_cast<size_t>(ev.sample_index)];
+  if (s.done) return Verdict::kStop;  // the engine's notice after our own kStop
+  OutputEvent out;
+  out.choice = spec_.first_choice + ev.sample_index;
+
+  if (ev.finish == FinishReason::kAbort) {
+    // An abort before the first token ends only the parent sample in the engine; end them all.
+    for (size_t i = 0; i < samples_.size(); ++i) {
+      if (samples_[i].done) continue;
+      OutputEvent a;
+      a.choice = spec_.first_choice + static_cast<int>(i);
+      finish(samples_[i], a, FinishReason::kAbort, ev);
+      channel_->push(std::move(a));
+    }
+    return Verdict::kStop;
+  }
+
+  FinishReason reason = ev.finish;
+  bool stop_now = false;
+  if (ev.token_id >= 0) {
+    int32_t id = ev.token_id;
+    if (spec_.script) {
+      const std::vector<int32_t>& script = *spec_.script;
+      id = s.num_tokens < static_cast<int64_t>(script.size()) ? script[s.num_tokens] : id;
+      stop_now = s.num_tokens + 1 >= static_cast<int64_t>(script.size());
+    } else if (ev.logprobs) {
+      out.logprobs.push_back(*ev.logprobs);
+    }
+    const Clock::time_point now = Clock::now();
+    if (s.num_tokens > 0 && metrics_)
+      metrics_->observe_inter_token(std::chrono::duration<double>(now - s.last_token).count());
+    s.last_token = now;
+    ++s.num_tokens;
+    out.token_ids.push_back(id);
+    // A token that ended the sample as a stop id (EOS, stop_token_ids) contributes no text.
+    const bool stop_token = !spec_.script && ev.finish == FinishReason::kStop;
+    if (!stop_token) s.held += token_text(s, id);
+  }
+  if (release(s, out)) {
+    reason = FinishReason::kStop;
+    stop_now = true;
+  } else if (reason != FinishReason::kNone || stop_now) {
+    s.held += s.detok.flush();
+    if (release(s, out)) {
+      reason = FinishReason::kStop;
+    } else {
+      out.text += s.held;
+      s.held.clear();
+    }
+    if (reason == FinishReason::kNone) reason = FinishReason::kStop;
+  }
+  if (reason != FinishReason::kNone) finish(s, out, reason, ev);
+  channel_->push(std::move(out));
+  return stop_now ? Verdict::kStop : Verdict::kContinue;
+}
+
+}  // namespace mls::server

@@ -1,0 +1,94 @@
+// From engine token events to text events. The engine's callback runs on its loop thread, so the
+// work done there is kept small and bounded: detokenize the new token incrementally, match stop
+// strings (the engine needs the verdict before its next step), copy logprobs, push one event and
+// notify. Protocol shaping (reasoning and tool-call parsing, JSON, SSE) happens on the HTTP
+// handler thread that drains the channel.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mls::server {
+
+class Metrics;
+
+// What one event adds to one choice (index over the whole HTTP request).
+struct OutputEvent {
+  int choice = 0;
+  std::string text;                // text that became final (stop strings excluded)
+  std::vector<int32_t> token_ids;  // tokens generated since the last event of this choice
+  std::vector<Logprobs> logprobs;  // one per token when the request asked for logprobs
+  FinishReason finish = FinishReason::kNone;  // set on the choice's last event
+  std::string error;                          // an internal failure ends the choice
+};
+
+// Events of every engine request of one HTTP request, in arrival order. Any thread.
+class EventChannel {
+ public:
+  void push(OutputEvent ev);
+  // Waits up to `timeout` for events and appends them to `out`; false when none came.
+  bool wait(std::vector<OutputEvent>& out, std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<OutputEvent> queue_;
+};
+
+struct StreamSpec {
+  int first_choice = 0;  // choice index of sample 0
+  int n = 1;
+  bool skip_special_tokens = true;
+  std::vector<std::string> stop;
+  // Test-only scripted output (`serve --test-script`): these tokens replace the sampled ones
+  // and the sample stops after the last, so tool-call and reasoning paths can be driven end to
+  // end by a model with random weights.
+  std::shared_ptr<const std::vector<int32_t>> script;
+};
+
+// The token callback of one engine request. Never throws into the engine.
+class OutputStream {
+ public:
+  OutputStream(const tok::Tokenizer& tokenizer, StreamSpec spec,
+               std::shared_ptr<EventChannel> channel, Metrics* metrics);
+
+  Verdict on_token(const TokenEvent& ev);
+
+  // A TokenCallback owning a new OutputStream.
+  static TokenCallback callback(const tok::Tokenizer& tokenizer, StreamSpec spec,
+                                std::shared_ptr<EventChannel> channel, Metrics* metrics);
+
+ private:
+  struct Sample {
+    tok::IncrementalDetokenizer detok;
+    std::string held;  // final text not yet released: it may start a stop string
+    int64_t num_tokens = 0;
+    bool done = false;
+    Clock::time_point last_token;
+  };
+  Verdict handle(const TokenEvent& ev);
+  std::string token_text(Sample& s, int32_t id);
+  // Moves the releasable prefix of s.held into ev.text; true when a stop string matched.
+  bool release(Sample& s, OutputEvent& ev);
+  void finish(Sample& s, OutputEvent& ev, FinishReason reason, const TokenEvent& src);
+
+  const tok::Tokenizer& tok_;
+  StreamSpec spec_;
+  std::shared_ptr<EventChannel> channel_;
+  Metrics* metrics_;
+  std::vector<Sample> samples_;
+  size_t max_stop_len_ = 0;
+  int num_done_ = 0;
+};
+
+}  // namespace mls::server

@@ -1,0 +1,118 @@
+#include "server/output_stream.h"
+
+#include <gtest/gtest.h>
+
+namespace mls::server {
+namespace {
+
+constexpr int32_t kEos = 980;  // <|endoftext|> in the GLM fixture tokenizer
+
+class OutputStreamTest : public ::testing::Test {
+ protected:
+  tok::Tokenizer tok_ = tok::Tokenizer::from_dir(MLASERVE_TEST_DATA "/tok-glm");
+  std::string id_ = "req";
+
+  TokenEvent token(int32_t id, FinishReason finish = FinishReason::kNone, int sample = 0) {
+    TokenEvent ev;
+    ev.request_id = &id_;
+    ev.sample_index = sample;
+    ev.token_id = id;
+    ev.finish = finish;
+    return ev;
+  }
+  static std::string text_of(const std::vector<OutputEvent>& events) {
+    std::string s;
+    for (const OutputEvent& e : events) s += e.text;
+    return s;
+  }
+};
+
+TEST_F(OutputStreamTest, StopStringEndsTheSampleAndIsExcluded) {
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(tok_,
+                 {.first_choice = 0,
+                  .n = 1,
+                  .skip_special_tokens = true,
+                  .stop = {"lo wor"},
+                  .script = nullptr},
+                 ch, nullptr);
+  const std::vector<int32_t> ids = tok_.encode("hello world and more", false);
+  size_t i = 0;
+  Verdict v = Verdict::kContinue;
+  for (; i < ids.size() && v == Verdict::kContinue; ++i) v = s.on_token(token(ids[i]));
+  EXPECT_EQ(v, Verdict::kStop);
+  EXPECT_LT(i, ids.size());  // stopped before the end
+  std::vector<OutputEvent> events;
+  ch->wait(events, std::chrono::milliseconds(0));
+  EXPECT_EQ(text_of(events), "hel");
+  EXPECT_EQ(events.back().finish, FinishReason::kStop);
+  // The engine's notice that follows our verdict adds nothing.
+  EXPECT_EQ(s.on_token(token(-1, FinishReason::kStop)), Verdict::kStop);
+  EXPECT_FALSE(ch->wait(events, std::chrono::milliseconds(0)));
+}
+
+TEST_F(OutputStreamTest, HoldsBackOnlyWhatCouldStartAStopString) {
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(
+      tok_,
+      {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {"XYZ"}, .script = nullptr},
+      ch, nullptr);
+  for (int32_t id : tok_.encode("abc def", false)) s.on_token(token(id));
+  std::vector<OutputEvent> events;
+  ch->wait(events, std::chrono::milliseconds(0));
+  EXPECT_EQ(text_of(events), "abc d");  // two bytes could still begin "XYZ"
+  s.on_token(token(kEos, FinishReason::kStop));
+  ch->wait(events, std::chrono::milliseconds(0));
+  EXPECT_EQ(text_of(events), "abc def");  // the EOS token's text is not output
+  EXPECT_EQ(events.back().finish, FinishReason::kStop);
+  EXPECT_EQ(events.back().token_ids, std::vector<int32_t>{kEos});
+}
+
+TEST_F(OutputStreamTest, AbortEndsEverySample) {
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(
+      tok_, {.first_choice = 4, .n = 2, .skip_special_tokens = true, .stop = {}, .script = nullptr},
+      ch, nullptr);
+  s.on_token(token(-1, FinishReason::kAbort));
+  std::vector<OutputEvent> events;
+  ch->wait(events, std::chrono::milliseconds(0));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].choice, 4);
+  EXPECT_EQ(events[1].choice, 5);
+  EXPECT_EQ(events[1].finish, FinishReason::kAbort);
+}
+
+TEST_F(OutputStreamTest, ScriptReplacesSampledTokensAndStopsAtItsEnd) {
+  auto script = std::make_shared<const std::vector<int32_t>>(tok_.encode("scripted!", false));
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(
+      tok_, {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = script},
+      ch, nullptr);
+  Verdict v = Verdict::kContinue;
+  size_t n = 0;
+  while (v == Verdict::kContinue) {
+    v = s.on_token(token(7));
+    ++n;
+  }
+  EXPECT_EQ(n, script->size());
+  std::vector<OutputEvent> events;
+  ch->wait(events, std::chrono::milliseconds(0));
+  EXPECT_EQ(text_of(events), "scripted!");
+  EXPECT_EQ(events.back().finish, FinishReason::kStop);
+}
+
+TEST_F(OutputStreamTest, IdsPastTheTokenizerHaveNoText) {
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(
+      tok_, {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = nullptr},
+      ch, nullptr);
+  EXPECT_EQ(s.on_token(token(1023, FinishReason::kLength)), Verdict::kContinue);
+  std::vector<OutputEvent> events;
+  ch->wait(events, std::chrono::milliseconds(0));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].text, "");
+  EXPECT_EQ(events[0].finish, FinishReason::kLength);
+}
+
+}  // namespace
+}  // namespace mls::server

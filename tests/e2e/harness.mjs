@@ -1,0 +1,82 @@
+// Starts the real `mlaserve serve` on 127.0.0.1 at a free port, waits for /health, and stops it
+// with SIGTERM (expecting a clean exit 0, i.e. a graceful drain).
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const BIN = process.env.MLASERVE_BIN ?? path.resolve(here, '../../build/mlaserve');
+export const MODEL = process.env.MLASERVE_MODEL ?? path.resolve(here, '../../models/tiny-glm5-chat');
+export const MODEL_NAME = 'tiny-glm5-chat';
+export const MAX_MODEL_LEN = 1024;
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.unref();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startServer(extraArgs = [], env = {}) {
+  const port = await freePort();
+  const args = ['serve', MODEL, '--host', '127.0.0.1', '--port', String(port),
+    '--served-model-name', MODEL_NAME, '--max-model-len', String(MAX_MODEL_LEN),
+    '--kv-cache-memory-bytes', '64MiB', ...extraArgs];
+  const proc = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  proc.stdout.on('data', (d) => { log += d; });
+  proc.stderr.on('data', (d) => { log += d; });
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const baseURL = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`mlaserve exited during start-up:\n${log}`);
+    try {
+      const r = await fetch(`${baseURL}/health`);
+      if (r.status === 200) break;
+    } catch { /* not listening yet */ }
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`mlaserve did not become healthy in 30 s:\n${log}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    baseURL,
+    log: () => log,
+    async stop() {
+      if (proc.exitCode !== null) return { code: proc.exitCode, signal: null };
+      proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 15000);
+      const result = await exited;
+      clearTimeout(timer);
+      return result;
+    },
+  };
+}
+
+// Prometheus text format: `# HELP|TYPE ...` comments and `name{labels} value` samples.
+export function parsePrometheus(text) {
+  const samples = new Map();
+  const sample = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? ([-+]?(?:[0-9.]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))$/;
+  for (const line of text.split('\n')) {
+    if (line === '' || /^# (HELP|TYPE) /.test(line)) continue;
+    const m = sample.exec(line);
+    if (!m) throw new Error(`not Prometheus text: ${JSON.stringify(line)}`);
+    samples.set(m[1] + (m[2] ?? ''), Number(m[3]));
+  }
+  return samples;
+}
+
+// Sum of every sample of a metric family member (all label sets).
+export function total(samples, name) {
+  let sum = 0;
+  for (const [k, v] of samples) if (k === name || k.startsWith(name + '{')) sum += v;
+  return sum;
+}

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/engine.h"
+#include "engine/memory_planner.h"
 #include "engine/model_runner.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
@@ -147,32 +149,24 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const std::string& 
   return runner;
 }
 
-// Sizes and allocates the KV pool: --kv-cache-memory-bytes, else room for max_num_seqs
-// sequences of max_model_len capped at kDefaultKvBytes, never less than one full sequence.
+// Plans memory (the profiling pass at max_num_batched_tokens, docs/memory-planning.md), logs
+// the report and allocates the planned KV pool. On the CPU the KV budget defaults to
+// kDefaultKvBytes (host memory is shared with everything else); --kv-cache-memory-bytes
+// overrides it on any device.
 void allocate_kv(ModelRunner& runner, const ServeFlags& f) {
-  runner.allocate_kv_cache(1, f.block_size);
-  const int64_t per_block = std::max<int64_t>(1, runner.allocator(0).stats().cur(MemTag::kKv));
-  const int64_t mml =
-      f.max_model_len > 0 ? f.max_model_len : runner.config().max_position_embeddings;
-  const int64_t seq_blocks = (mml + f.block_size - 1) / f.block_size;
-  int64_t blocks;
-  if (f.kv_cache_memory_bytes > 0) {
-    blocks = f.kv_cache_memory_bytes / per_block;
-  } else {
-    blocks = std::min(f.max_num_seqs * seq_blocks, kDefaultKvBytes / per_block);
-    blocks = std::max(blocks, seq_blocks);
-  }
-  if (blocks < 1)
-    raise<InvalidArgument>("--kv-cache-memory-bytes {} holds no KV block of {} bytes",
-                           f.kv_cache_memory_bytes, per_block);
-  runner.allocate_kv_cache(blocks, f.block_size);
-  MLS_LOG_INFO(
-      "KV cache: {} blocks x {} tokens = {} tokens, {} per rank ({} per block; "
-      "gpu_memory_utilization {} recorded for the planner; MLA latent KV replicated on each of "
-      "{} rank(s))",
-      blocks, f.block_size, blocks * f.block_size,
-      human_bytes(static_cast<double>(runner.allocator(0).stats().cur(MemTag::kKv))),
-      human_bytes(static_cast<double>(per_block)), f.gpu_memory_utilization, runner.tp_size());
+  const PlanLimits limits{.max_num_batched_tokens = f.max_num_batched_tokens,
+                          .max_num_seqs = f.max_num_seqs,
+                          .max_model_len = f.max_model_len,
+                          .block_size = f.block_size};
+  PlanBudget budget{.device_bytes = available_host_memory(),
+                    .utilization = f.gpu_memory_utilization,
+                    .kv_cache_memory_bytes = {}};
+  budget.kv_cache_memory_bytes =
+      f.kv_cache_memory_bytes > 0 ? f.kv_cache_memory_bytes : kDefaultKvBytes;
+  const MemoryPlan plan = plan_memory(runner, limits, budget, ProfileMode::kMeta);
+  std::istringstream lines(plan.report());
+  for (std::string line; std::getline(lines, line);) MLS_LOG_INFO("{}", line);
+  apply_plan(runner, plan);
 }
 
 std::optional<chat::ChatTemplate> load_chat_template(const ServeFlags& f,
@@ -204,8 +198,18 @@ sigset_t shutdown_signals() {
 }
 
 void run_serve(ServeFlags f) {
-  const std::string model = !f.model.empty() ? f.model : f.model_positional;
-  if (model.empty()) raise<InvalidArgument>("serve: give the model directory (--model DIR)");
+  std::string model = !f.model.empty() ? f.model : f.model_positional;
+  if (model.empty()) {
+    // No model named: the bundled demo model, found relative to build/mlaserve.
+    const fs::path bundled =
+        fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "models" / "demo-glm5";
+    if (!fs::is_directory(bundled))
+      raise<InvalidArgument>(
+          "serve: give the model directory (--model DIR); the bundled demo "
+          "model was not found at {}",
+          bundled.string());
+    model = bundled.string();
+  }
   if (!f.model.empty() && !f.model_positional.empty() && f.model != f.model_positional)
     raise<InvalidArgument>("serve: the positional model '{}' and --model '{}' differ",
                            f.model_positional, f.model);

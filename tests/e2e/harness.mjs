@@ -23,10 +23,12 @@ function freePort() {
   });
 }
 
-export async function startServer(extraArgs = [], env = {}) {
+// `model` overrides which model directory is served and under what name.
+export async function startServer(extraArgs = [], env = {},
+  model = { dir: MODEL, name: MODEL_NAME, maxModelLen: MAX_MODEL_LEN }) {
   const port = await freePort();
-  const args = ['serve', MODEL, '--host', '127.0.0.1', '--port', String(port),
-    '--served-model-name', MODEL_NAME, '--max-model-len', String(MAX_MODEL_LEN),
+  const args = ['serve', model.dir, '--host', '127.0.0.1', '--port', String(port),
+    '--served-model-name', model.name, '--max-model-len', String(model.maxModelLen),
     '--kv-cache-memory-bytes', '64MiB', ...extraArgs];
   const proc = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';

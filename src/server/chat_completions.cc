@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "server/errors.h"
 #include "server/logprobs_format.h"
+#include "server/reply_from_driver.h"
 #include "server/request_driver.h"
 #include "server/sse.h"
 
@@ -267,35 +268,7 @@ Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
   driver->submit(std::move(ids), req.sampling, "messages");
   auto responder = std::make_shared<ChatResponder>(std::move(cfg), ctx.tokenizer);
 
-  Reply reply;
-  if (!req.sampling.stream) {
-    std::vector<OutputEvent> events;
-    while (driver->next(events)) {
-      responder->absorb(events);
-      events.clear();
-    }
-    reply.body = dump_json(responder->response(driver->prompt_tokens()));
-    return reply;
-  }
-  reply.content_type = "text/event-stream";
-  reply.stream = [driver, responder](const std::function<bool(std::string_view)>& write) {
-    std::vector<OutputEvent> events;
-    try {
-      while (driver->next(events)) {
-        for (const json& chunk : responder->stream_chunks(events))
-          if (!write(sse_event(chunk))) return driver->abort();
-        events.clear();
-      }
-      if (const auto usage = responder->usage_chunk(driver->prompt_tokens()))
-        if (!write(sse_event(*usage))) return;
-    } catch (const std::exception& e) {
-      // Headers are out: the error travels as a data chunk, as OpenAI streams report them.
-      driver->abort();
-      if (!write(sse_event({{"error", error_body(500, e.what())["error"]}}))) return;
-    }
-    write(sse_done());
-  };
-  return reply;
+  return reply_from_driver(driver, responder, req.sampling.stream);
 }
 
 }  // namespace mls::server

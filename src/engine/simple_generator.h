@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "model/model.h"
+#include "engine/model_runner.h"
 
 namespace mls {
 
@@ -15,8 +15,9 @@ struct GreedyResult {
   std::vector<std::vector<float>> step_logits;  // logits that chose each output token
 };
 
-// Stops after max_tokens or at any id in stop_ids (included in the output).
-GreedyResult generate_greedy(const Model& model, std::span<const int32_t> prompt,
+// Stops after max_tokens or at any id in stop_ids (included in the output, as transformers'
+// generate() keeps it). Replaces the runner's KV cache with one block of prompt + max_tokens.
+GreedyResult generate_greedy(ModelRunner& runner, std::span<const int32_t> prompt,
                              int64_t max_tokens, std::span<const int64_t> stop_ids = {},
                              bool keep_logits = false);
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "engine/simple_generator.h"
 #include "io/safetensors.h"
 #include "model/model.h"
@@ -102,8 +103,8 @@ TEST_P(Conformance, GreedyGenerationWithKvCache) {
   const auto prompt = as_i32(g("generate.prompt_ids"));
   const auto want_ids = as_i32(g("generate.output_ids"));
   const auto want_logits = as_f32(g("generate.step_logits"));
-  GreedyResult r =
-      generate_greedy(*model_, prompt, static_cast<int64_t>(want_ids.size()), {}, true);
+  ModelRunner runner({.model = dir_});
+  GreedyResult r = generate_greedy(runner, prompt, static_cast<int64_t>(want_ids.size()), {}, true);
   EXPECT_EQ(r.output_ids, want_ids);
   ASSERT_EQ(r.step_logits.size(), want_ids.size());
   std::vector<float> flat;

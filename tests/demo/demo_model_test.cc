@@ -15,6 +15,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/model_runner.h"
+#include "engine/simple_generator.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mls {
@@ -41,29 +42,8 @@ ordered_json chat_request(const ordered_json& sample) {
   return r;
 }
 
-std::vector<int32_t> ids_of(const ordered_json& a) { return a.get<std::vector<int32_t>>(); }
-
-// Greedy decoding with one contiguous cache block; the stop token is kept, as transformers'
-// generate() keeps it.
-std::vector<int32_t> greedy(ModelRunner& runner, const std::vector<int32_t>& prompt, int max_new,
-                            const std::vector<int64_t>& eos) {
-  const auto p = static_cast<int64_t>(prompt.size());
-  runner.allocate_kv_cache(1, p + max_new);
-  ForwardBatch b;
-  b.token_ids = prompt;
-  b.seqs.push_back({.num_new = p, .block_table = {0}, .prompt_len = p});
-  std::vector<int32_t> out;
-  for (int i = 0; i < max_new; ++i) {
-    Tensor logits = runner.forward(b);
-    const float* row = logits.data<float>();
-    const auto next = static_cast<int32_t>(std::max_element(row, row + logits.dim(1)) - row);
-    out.push_back(next);
-    if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
-    b.seqs[0].num_cached += b.seqs[0].num_new;
-    b.seqs[0].num_new = 1;
-    b.token_ids = {next};
-  }
-  return out;
+std::vector<int32_t> ids_of(const ordered_json& a) {
+  return a.get<std::vector<int32_t>>();
 }
 
 TEST(DemoModel, TemplateAndTokenizerGiveGoldenPromptIds) {
@@ -84,7 +64,7 @@ TEST(DemoModel, GreedyOutputEqualsTransformers) {
   for (int64_t e : want_eos) EXPECT_NE(std::find(eos.begin(), eos.end(), e), eos.end()) << e;
   int same = 0;
   for (const auto& p : golden()["prompts"]) {
-    const auto out = greedy(runner, ids_of(p["prompt_ids"]), 64, eos);
+    const auto out = generate_greedy(runner, ids_of(p["prompt_ids"]), 64, eos).output_ids;
     EXPECT_EQ(out, ids_of(p["output_ids"])) << p["id"] << " (" << p["category"] << ")";
     same += out == ids_of(p["output_ids"]);
   }
@@ -103,7 +83,8 @@ TEST(DemoModel, HeldOutAccuracy) {
     const auto prompt = tok.encode(chat::render_chat(tmpl, chat_request(s)), false);
     EXPECT_EQ(prompt, ids_of(s["prompt_ids"])) << s["id"];
     const auto target = ids_of(s["target_ids"]);
-    const auto out = greedy(runner, prompt, static_cast<int>(target.size()) + 8, eos);
+    const auto out =
+        generate_greedy(runner, prompt, static_cast<int64_t>(target.size()) + 8, eos).output_ids;
     const bool ok = out == target;
     auto& c = cats[s["category"].get<std::string>()];
     c.first += ok;

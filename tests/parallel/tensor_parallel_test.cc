@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/simple_generator.h"
 #include "io/safetensors.h"
 
 namespace mls {
@@ -43,24 +44,6 @@ std::vector<float> all_logits(ModelRunner& runner, const std::vector<int32_t>& i
   return {t.data<float>(), t.data<float>() + t.numel()};
 }
 
-std::vector<int32_t> greedy(ModelRunner& runner, const std::vector<int32_t>& prompt, int n) {
-  const auto p = static_cast<int64_t>(prompt.size());
-  runner.allocate_kv_cache(1, p + n);
-  ForwardBatch b;
-  b.token_ids = prompt;
-  b.seqs.push_back({.num_new = p, .block_table = {0}, .prompt_len = p});
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    Tensor logits = runner.forward(b);
-    const float* row = logits.data<float>();
-    out.push_back(static_cast<int32_t>(std::max_element(row, row + logits.dim(1)) - row));
-    b.seqs[0].num_cached += b.seqs[0].num_new;
-    b.seqs[0].num_new = 1;
-    b.token_ids = {out.back()};
-  }
-  return out;
-}
-
 double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -83,7 +66,7 @@ const Reference& reference(const std::string& fixture) {
   ModelRunner runner({.model = kData + "/" + fixture});
   Reference r;
   for (const auto& p : prompts(fixture)) r.logits.push_back(all_logits(runner, p));
-  r.greedy = greedy(runner, golden_ids(fixture, "generate.prompt_ids"), 40);
+  r.greedy = generate_greedy(runner, golden_ids(fixture, "generate.prompt_ids"), 40).output_ids;
   return cache[fixture] = std::move(r);
 }
 
@@ -99,7 +82,8 @@ TEST_P(TensorParallel, LogitsAndGreedyEqualSingleRank) {
     const double err = rel_l2(all_logits(runner, ps[i]), ref.logits[i]);
     EXPECT_LE(err, 1e-5) << "T=" << ps[i].size();
   }
-  EXPECT_EQ(greedy(runner, golden_ids(fixture, "generate.prompt_ids"), 40), ref.greedy);
+  EXPECT_EQ(generate_greedy(runner, golden_ids(fixture, "generate.prompt_ids"), 40).output_ids,
+            ref.greedy);
   // The golden tokens too: parallel runs stay conformant, not merely self-consistent.
   EXPECT_EQ(ref.greedy, golden_ids(fixture, "generate.output_ids"));
 }

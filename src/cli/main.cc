@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/bench_command.h"
 #include "cli/model_commands.h"
 #include "cli/plan_memory_command.h"
 #include "cli/serve_command.h"
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   mls::cli::add_text_commands(app);
   mls::cli::add_plan_memory_command(app);
   mls::cli::add_serve_command(app);
+  mls::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@ struct PlanFlags {
   std::string model;
   std::string load_format = "auto";
   std::string profile_mode = "meta";
+  std::string device = "cpu";
   int tp = 1;
   bool sequence_parallel = false;
   PlanLimits limits;
@@ -28,11 +29,13 @@ void run(const PlanFlags& f) {
                       .load_format = parse_load_format(f.load_format),
                       .tensor_parallel_size = f.tp,
                       .sequence_parallel = f.sequence_parallel,
+                      .device = parse_device(f.device),
                       .meta = mode == ProfileMode::kMeta});
-  PlanBudget budget{
-      .device_bytes = f.device_memory_bytes > 0 ? f.device_memory_bytes : available_host_memory(),
-      .utilization = f.utilization,
-      .kv_cache_memory_bytes = {}};
+  PlanBudget budget{.device_bytes = f.device_memory_bytes > 0
+                                        ? f.device_memory_bytes
+                                        : device_memory_bytes(runner.device()),
+                    .utilization = f.utilization,
+                    .kv_cache_memory_bytes = {}};
   if (f.kv_cache_memory_bytes > 0) budget.kv_cache_memory_bytes = f.kv_cache_memory_bytes;
   const MemoryPlan plan = plan_memory(runner, f.limits, budget, mode);
   if (f.json)
@@ -52,6 +55,7 @@ void add_plan_memory_command(CLI::App& app) {
   cmd->add_option("--load-format", f->load_format, "auto | dummy");
   cmd->add_option("--profile-mode", f->profile_mode,
                   "meta (trace allocations, no compute; default) | real (run the forward)");
+  cmd->add_option("--device", f->device, "cpu (default), cuda[:N] or auto");
   cmd->add_option("--tensor-parallel-size", f->tp, "Ranks")->check(CLI::PositiveNumber);
   cmd->add_flag("--sequence-parallel", f->sequence_parallel, "Token-shard the residual stream");
   cmd->add_option("--max-num-batched-tokens", f->limits.max_num_batched_tokens,

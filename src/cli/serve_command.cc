@@ -51,7 +51,7 @@ struct ServeFlags {
   bool enforce_eager = false;
   bool no_enable_prefix_caching = false;
   std::string load_format = "auto";
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string chat_template;
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
@@ -77,7 +77,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_flag("--sequence-parallel", f.sequence_parallel,
                 "Shard tokens across ranks between layers");
   cmd->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
-                  "Fraction of device memory to use (recorded; the memory planner applies it)")
+                  "Fraction of the GPU's memory to use (0.9); the memory planner applies it")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--kv-cache-memory-bytes", f.kv_cache_memory_bytes,
                   "KV cache size in bytes (suffixes K, M, G, KiB, MiB, GiB accepted)")
@@ -97,7 +97,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_flag("--enforce-eager", f.enforce_eager, "Accepted for vLLM compatibility (no graphs)");
   cmd->add_flag("--no-enable-prefix-caching", f.no_enable_prefix_caching, "Disable prefix caching");
   cmd->add_option("--load-format", f.load_format, "auto | dummy (random weights from config)");
-  cmd->add_option("--device", f.device, "cpu (default) or cuda[:N]");
+  cmd->add_option("--device", f.device, "auto (default: cuda when a GPU exists), cpu, cuda[:N]");
   cmd->add_option("--chat-template", f.chat_template,
                   "Chat template file (or the template text) replacing the model's");
   cmd->add_flag("--enable-auto-tool-choice", f.enable_auto_tool_choice,
@@ -150,20 +150,25 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const std::string& 
 }
 
 // Plans memory (the profiling pass at max_num_batched_tokens, docs/memory-planning.md), logs
-// the report and allocates the planned KV pool. On the CPU the KV budget defaults to
-// kDefaultKvBytes (host memory is shared with everything else); --kv-cache-memory-bytes
-// overrides it on any device.
+// the report and allocates the planned KV pool. On a GPU the pass runs for real and the KV
+// cache gets --gpu-memory-utilization of the device less what the pass measured; on the CPU it
+// is traced (meta) and the KV budget defaults to kDefaultKvBytes (host memory is shared with
+// everything else). --kv-cache-memory-bytes overrides the budget on any device.
 void allocate_kv(ModelRunner& runner, const ServeFlags& f) {
   const PlanLimits limits{.max_num_batched_tokens = f.max_num_batched_tokens,
                           .max_num_seqs = f.max_num_seqs,
                           .max_model_len = f.max_model_len,
                           .block_size = f.block_size};
-  PlanBudget budget{.device_bytes = available_host_memory(),
+  const bool cpu = runner.device().is_cpu();
+  PlanBudget budget{.device_bytes = device_memory_bytes(runner.device()),
                     .utilization = f.gpu_memory_utilization,
                     .kv_cache_memory_bytes = {}};
-  budget.kv_cache_memory_bytes =
-      f.kv_cache_memory_bytes > 0 ? f.kv_cache_memory_bytes : kDefaultKvBytes;
-  const MemoryPlan plan = plan_memory(runner, limits, budget, ProfileMode::kMeta);
+  if (f.kv_cache_memory_bytes > 0)
+    budget.kv_cache_memory_bytes = f.kv_cache_memory_bytes;
+  else if (cpu)
+    budget.kv_cache_memory_bytes = kDefaultKvBytes;
+  const MemoryPlan plan =
+      plan_memory(runner, limits, budget, cpu ? ProfileMode::kMeta : ProfileMode::kReal);
   std::istringstream lines(plan.report());
   for (std::string line; std::getline(lines, line);) MLS_LOG_INFO("{}", line);
   apply_plan(runner, plan);

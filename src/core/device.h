@@ -18,7 +18,9 @@ struct Device {
   static Device cuda(int i) { return {DeviceType::kCuda, i}; }
 };
 
-// Parses "cpu", "cuda", "cuda:N"; throws InvalidArgument otherwise.
+// cuda:0 when this build has CUDA and a GPU is visible, else the CPU.
+Device default_device();
+// Parses "auto" (default_device()), "cpu", "cuda", "cuda:N"; throws InvalidArgument otherwise.
 Device parse_device(const std::string& s);
 
 }  // namespace mls

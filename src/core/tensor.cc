@@ -3,6 +3,9 @@
 #include <cstring>
 
 #include "core/error.h"
+#ifdef MLASERVE_CUDA_RUNTIME
+#include "core/cuda_context.h"
+#endif
 
 namespace mls {
 
@@ -73,8 +76,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, MemTag tag, Allocator& all
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, MemTag tag, Allocator& alloc) {
   Tensor t = empty(shape, dtype, tag, alloc);
-  MLS_CHECK(alloc.device().is_cpu(), "zeros on {} needs a device fill", alloc.device().str());
-  if (t.data_) std::memset(t.data_, 0, t.nbytes());
+  if (!t.data_) return t;
+  if (alloc.device().is_cpu()) {
+    std::memset(t.data_, 0, t.nbytes());
+    return t;
+  }
+#ifdef MLASERVE_CUDA_RUNTIME
+  cuda::check(cudaMemsetAsync(t.data_, 0, t.nbytes(), cuda::stream()), "zeros (cudaMemsetAsync)");
+#else
+  raise<Unsupported>("zeros on {}: this build has no CUDA runtime", alloc.device().str());
+#endif
   return t;
 }
 
@@ -161,6 +172,21 @@ std::string Tensor::str() const {
 void Tensor::check_type(size_t elem_size) const {
   if (elem_size != dtype_size(dtype_))
     raise<ShapeError>("accessing {} with an element of {} bytes", str(), elem_size);
+}
+
+Tensor Tensor::transpose(int d0, int d1) const {
+  if (d0 < 0) d0 += ndim();
+  if (d1 < 0) d1 += ndim();
+  MLS_CHECK(d0 >= 0 && d0 < ndim() && d1 >= 0 && d1 < ndim(), "transpose({}, {}) of {}", d0, d1,
+            str());
+  Tensor t = *this;
+  std::swap(t.shape_[d0], t.shape_[d1]);
+  std::swap(t.strides_[d0], t.strides_[d1]);
+  return t;
+}
+
+void Tensor::set_block_scale(Tensor scale) {
+  scale_ = std::make_shared<const Tensor>(std::move(scale));
 }
 
 }  // namespace mls

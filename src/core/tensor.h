@@ -74,8 +74,15 @@ class Tensor {
   Tensor select(int dim, int64_t i) const;
   // A new dimension of size 1 at `dim`; works on strided views too.
   Tensor unsqueeze(int dim) const;
+  // Dimensions d0 and d1 swapped (a strided view).
+  Tensor transpose(int d0, int d1) const;
 
   std::string str() const;  // "f32[3, 4]"
+
+  // A block-FP8 weight's dequantisation scales (f32 [ceil(rows/128), ceil(cols/128)]), carried
+  // with the weight so that a GEMM sees both; null for any other tensor. Views share it.
+  const Tensor* block_scale() const { return scale_.get(); }
+  void set_block_scale(Tensor scale);
 
  private:
   struct Buffer;
@@ -88,6 +95,7 @@ class Tensor {
   DType dtype_ = DType::kF32;
   bool dtype_set_ = false;
   Device device_;
+  std::shared_ptr<const Tensor> scale_;
 };
 
 }  // namespace mls

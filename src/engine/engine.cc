@@ -180,16 +180,56 @@ bool Engine::step() {
       sc.logits = end == static_cast<int64_t>(s.tokens.size()) ? SequenceChunk::Logits::kLast
                                                                : SequenceChunk::Logits::kNone;
     }
-    const Tensor logits = runner_.forward(batch_);
-    scheduler_.commit();
-    int64_t row = 0;
+    sampled_.clear();
     for (size_t i = 0; i < chunks.size(); ++i)
-      if (batch_.seqs[i].logits == SequenceChunk::Logits::kLast)
-        sample_row(*chunks[i].seq, logits.data<float>() + row++ * vocab_);
+      if (batch_.seqs[i].logits == SequenceChunk::Logits::kLast) sampled_.push_back(chunks[i].seq);
+    if (can_sample_on_device()) {
+      rows_.clear();
+      for (Sequence* seq : sampled_)
+        rows_.push_back(Sampler::row_sampling(sample_input(*seq, seq->sample_index)));
+      const SampledRows drawn = runner_.forward_sample(batch_, rows_);
+      scheduler_.commit();
+      for (size_t r = 0; r < sampled_.size(); ++r) emit(*sampled_[r], drawn.ids[r], nullptr);
+    } else {
+      const Tensor logits = runner_.forward(batch_);
+      scheduler_.commit();
+      for (size_t r = 0; r < sampled_.size(); ++r)
+        sample_row(*sampled_[r], logits.data<float>() + static_cast<int64_t>(r) * vocab_);
+    }
     retire_finished();
   }
   publish_stats();
   return has_work();
+}
+
+// The one place that chooses where a step samples. The device path returns only each row's
+// token, so it serves a step only when no row needs the host's copy of its logits: penalties
+// (repetition, frequency, presence) and min_tokens suppression rewrite the row per request,
+// logprobs report its whole log-softmax (rank, top-k), and the first draw of an n > 1 request
+// takes n tokens from one row.
+bool Engine::can_sample_on_device() const {
+  if (!cfg_.device_sampling) return false;
+  for (const Sequence* seq : sampled_) {
+    const RequestState& rs = *seq->request;
+    const SamplingParams& p = rs.req.params;
+    if (p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
+        p.logprobs >= 0 || (seq->num_output() < p.min_tokens && !rs.stop_ids.empty()) ||
+        (rs.seqs.size() == 1 && p.n > 1))
+      return false;
+  }
+  return true;
+}
+
+SampleInput Engine::sample_input(const Sequence& seq, int sample_index) const {
+  const RequestState& rs = *seq.request;
+  SampleInput in;
+  in.params = &rs.req.params;
+  in.prompt = std::span(seq.tokens).first(seq.prompt_len);
+  in.output = std::span(seq.tokens).subspan(seq.prompt_len);
+  in.seed = rs.seed;
+  in.sample_index = sample_index;
+  if (seq.num_output() < rs.req.params.min_tokens) in.suppressed = rs.stop_ids;
+  return in;
 }
 
 void Engine::sample_row(Sequence& seq, const float* logits) {
@@ -200,16 +240,9 @@ void Engine::sample_row(Sequence& seq, const float* logits) {
   const bool want_lp = p.logprobs >= 0;
   drawn_.resize(n);
   logprobs_.resize(n);
-  for (int i = 0; i < n; ++i) {
-    SampleInput in;
-    in.params = &p;
-    in.prompt = std::span(seq.tokens).first(seq.prompt_len);
-    in.output = std::span(seq.tokens).subspan(seq.prompt_len);
-    in.seed = rs.seed;
-    in.sample_index = n > 1 ? i : seq.sample_index;
-    if (seq.num_output() < p.min_tokens) in.suppressed = rs.stop_ids;
-    drawn_[i] = sampler_.sample(logits, in, want_lp ? &logprobs_[i] : nullptr);
-  }
+  for (int i = 0; i < n; ++i)
+    drawn_[i] = sampler_.sample(logits, sample_input(seq, n > 1 ? i : seq.sample_index),
+                                want_lp ? &logprobs_[i] : nullptr);
   if (n > 1) fork(seq, drawn_);
   // After a fork rs.seqs holds the parent (sample 0) and then its new siblings, in order.
   for (int i = 0; i < n; ++i)

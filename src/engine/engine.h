@@ -27,6 +27,9 @@ struct EngineConfig {
   int64_t max_num_seqs = 256;
   int64_t max_model_len = 0;  // 0: max_position_embeddings, capped to what the KV pool holds
   bool enable_prefix_caching = true;
+  // Draw tokens where the logits are when every row of a step allows it (Engine::step says
+  // when); otherwise, or when false, the logits come to the host's Sampler.
+  bool device_sampling = true;
 };
 
 // Counters for metrics (vLLM names in comments).
@@ -72,6 +75,8 @@ class Engine {
   void drain_inbox();
   void admit(std::unique_ptr<RequestState> rs);
   void abort_now(const std::string& id);
+  bool can_sample_on_device() const;
+  SampleInput sample_input(const Sequence& seq, int sample_index) const;
   void sample_row(Sequence& seq, const float* logits);
   void fork(Sequence& parent, std::span<const int32_t> first_tokens);
   void emit(Sequence& seq, int32_t token, const Logprobs* lp);
@@ -86,7 +91,9 @@ class Engine {
   Scheduler scheduler_;
   Sampler sampler_;
   ForwardBatch batch_;
-  std::vector<int32_t> drawn_;  // tokens drawn from one logits row (n at a fork)
+  std::vector<Sequence*> sampled_;      // this step's sequences with a logits row, in row order
+  std::vector<ops::RowSampling> rows_;  // their draws, for the device path
+  std::vector<int32_t> drawn_;          // tokens drawn from one logits row (n at a fork)
   std::vector<Logprobs> logprobs_;
   std::vector<Sequence*> finished_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;

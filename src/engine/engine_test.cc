@@ -11,6 +11,9 @@
 #include <random>
 
 #include "core/error.h"
+#ifdef MLASERVE_CUDA_RUNTIME
+#include "core/cuda_allocator.h"
+#endif
 #include "io/safetensors.h"
 
 namespace mls {
@@ -18,11 +21,21 @@ namespace {
 
 const std::string kData = MLASERVE_TEST_DATA;
 
-ModelRunner& runner(const std::string& fixture) {
+ModelRunner& runner(const std::string& fixture, const std::string& device = "cpu") {
   static std::map<std::string, std::unique_ptr<ModelRunner>> runners;
-  auto& r = runners[fixture];
-  if (!r) r = std::make_unique<ModelRunner>(RunnerOptions{.model = kData + "/" + fixture});
+  auto& r = runners[fixture + "@" + device];
+  if (!r)
+    r = std::make_unique<ModelRunner>(
+        RunnerOptions{.model = kData + "/" + fixture, .device = parse_device(device)});
   return *r;
+}
+
+bool have_gpu() {
+#ifdef MLASERVE_CUDA_RUNTIME
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
 }
 
 std::vector<int32_t> golden(const std::string& fixture, const std::string& name) {
@@ -107,11 +120,20 @@ std::vector<std::vector<int32_t>> first_samples(const std::vector<Outcome>& o) {
   return t;
 }
 
-class EngineFixture : public ::testing::TestWithParam<std::string> {};
+// (fixture, device). On the GPU the tokens must equal the GPU's own single-request run (bf16
+// rounding moves near-tied logits, so the float64 golden is the CPU's reference only).
+class EngineFixture : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  void SetUp() override {
+    if (device() != "cpu" && !have_gpu()) GTEST_SKIP() << "no CUDA device here";
+  }
+  const std::string& fixture() const { return std::get<0>(GetParam()); }
+  const std::string& device() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(EngineFixture, BatchOf32MatchesEachRequestAloneAndTheGolden) {
-  ModelRunner& r = runner(GetParam());
-  const auto jobs = mixed_jobs(GetParam(), 32);
+  ModelRunner& r = runner(fixture(), device());
+  const auto jobs = mixed_jobs(fixture(), 32);
   std::vector<std::vector<int32_t>> alone;
   for (const Job& j : jobs) alone.push_back(run(r, {j})[0].tokens[0]);
   const auto t0 = std::chrono::steady_clock::now();
@@ -119,18 +141,20 @@ TEST_P(EngineFixture, BatchOf32MatchesEachRequestAloneAndTheGolden) {
   const auto batch = first_samples(run(r, jobs, {}, {}, &st));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(batch, alone);
-  EXPECT_EQ(batch[0], golden(GetParam(), "generate.output_ids"));
+  if (device() == "cpu") {
+    EXPECT_EQ(batch[0], golden(fixture(), "generate.output_ids"));
+  }
   std::printf(
-      "%s: 32 requests, %lld prompt + %lld generated tokens in %.3f s (%.0f output tok/s), "
-      "KV pool %lld bytes\n",
-      GetParam().c_str(), static_cast<long long>(st.prompt_tokens),
+      "%s on %s: 32 requests, %lld prompt + %lld generated tokens in %.3f s (%.0f output "
+      "tok/s), KV pool %lld bytes\n",
+      fixture().c_str(), device().c_str(), static_cast<long long>(st.prompt_tokens),
       static_cast<long long>(st.generation_tokens), s, st.generation_tokens / s,
       static_cast<long long>(r.allocator(0).stats().cur(MemTag::kKv)));
 }
 
 TEST_P(EngineFixture, BlockSizeChunkSizeAndPreemptionInvariance) {
-  ModelRunner& r = runner(GetParam());
-  const auto jobs = mixed_jobs(GetParam(), 8);
+  ModelRunner& r = runner(fixture(), device());
+  const auto jobs = mixed_jobs(fixture(), 8);
   const auto want = first_samples(run(r, jobs));
   for (int64_t bs : {1, 16, 64}) {
     const Pool pool{bs, 6000 / bs};
@@ -149,10 +173,53 @@ TEST_P(EngineFixture, BlockSizeChunkSizeAndPreemptionInvariance) {
   EXPECT_GT(st.num_preemptions, 0);
 }
 
+// Steps whose rows all allow it draw where the logits are (ops::sample_rows); the tokens are the
+// host Sampler's, greedy or seeded, and a request that needs the host's logits (logprobs,
+// penalties) moves the steps it is in back to the host without changing anyone's tokens. On the
+// CPU this checks the plumbing (row order, seeds, draw steps); on the GPU also the kernel, which
+// agrees with the host except where a q rounds differently (~1e-8 per element, see
+// ops/cuda/sampling_cuda_test.cc).
+TEST_P(EngineFixture, DeviceSamplingDrawsWhatTheHostSamplerDraws) {
+  ModelRunner& r = runner(fixture(), device());
+  auto jobs = mixed_jobs(fixture(), 10);
+  std::mt19937 rng(21);
+  const auto with = [](double t, int64_t top_k, double top_p, double min_p, uint64_t seed) {
+    SamplingParams p;
+    p.temperature = t;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.seed = seed;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    return p;
+  };
+  for (const SamplingParams& p :
+       {with(0.8, 40, 0.9, 0.0, 1), with(1.1, 0, 1.0, 0.05, 2), with(0.7, 0, 0.5, 0.0, 3),
+        with(1.0, 0, 1.0, 0.0, 4), with(1.3, 3, 1.0, 0.0, 5)})
+    jobs.push_back({random_prompt(rng, 20 + static_cast<int>(jobs.size())), p});
+  EngineConfig host;
+  host.device_sampling = false;
+  const auto on_host = first_samples(run(r, jobs, {}, host));
+  EXPECT_EQ(first_samples(run(r, jobs)), on_host);
+  EngineConfig chunked;
+  chunked.max_num_batched_tokens = 48;
+  EXPECT_EQ(first_samples(run(r, jobs, {}, chunked)), on_host);
+
+  SamplingParams needs_host = with(0.9, 0, 0.95, 0.0, 6);
+  needs_host.logprobs = 0;
+  needs_host.repetition_penalty = 1.2;
+  needs_host.max_tokens = 5;
+  jobs.push_back({random_prompt(rng, 25), needs_host});
+  EXPECT_EQ(first_samples(run(r, jobs)), first_samples(run(r, jobs, {}, host)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineFixture,
-                         ::testing::Values("tiny-glm5", "tiny-dsv32", "tiny-dsv3"),
+                         ::testing::Combine(::testing::Values("tiny-glm5", "tiny-dsv32",
+                                                              "tiny-dsv3"),
+                                            ::testing::Values("cpu", "cuda")),
                          [](const auto& info) {
-                           std::string n = info.param;
+                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
                            for (char& ch : n)
                              if (ch == '-') ch = '_';
                            return n;
@@ -204,6 +271,42 @@ TEST(Engine, PrefixCacheReuseIsExactWithTheDsaIndexer) {
   check_prefix_reuse("tiny-glm5", 120, 96);
   check_prefix_reuse("tiny-glm5", 130, 0);
   check_prefix_reuse("tiny-dsv32", 120, 96);
+}
+
+// forward_sample draws, per logits row, what ops::cpu::sample_row draws from forward()'s logits,
+// with their raw logprob; on the GPU only ids and logprobs leave the device.
+TEST(Engine, ForwardSampleDrawsFromTheForwardLogits) {
+  for (const std::string dev : {"cpu", "cuda"}) {
+    if (dev == "cuda" && !have_gpu()) continue;
+    ModelRunner& r = runner("tiny-dsv3", dev);
+    r.allocate_kv_cache(64, 16);
+    std::mt19937 rng(8);
+    ForwardBatch b;
+    for (int i = 0; i < 3; ++i) {
+      const auto prompt = random_prompt(rng, 10 + 9 * i);
+      b.token_ids.insert(b.token_ids.end(), prompt.begin(), prompt.end());
+      SequenceChunk c;
+      c.num_new = static_cast<int64_t>(prompt.size());
+      c.block_table = {4 * i, 4 * i + 1, 4 * i + 2};
+      b.seqs.push_back(c);
+    }
+    const std::vector<ops::RowSampling> rows{
+        {},
+        {.temperature = 0.9, .top_k = 20, .top_p = 0.9, .min_p = 0.0, .uniform = 0.3},
+        {.temperature = 1.2, .top_k = 0, .top_p = 1.0, .min_p = 0.02, .uniform = 0.77}};
+    const Tensor logits = r.forward(b);
+    const SampledRows got = r.forward_sample(b, rows);
+    const int64_t V = r.config().vocab_size;
+    ops::cpu::SampleScratch scratch;
+    std::vector<float> lp(V);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::span<const float> row(logits.data<float>() + i * V, V);
+      EXPECT_EQ(got.ids[i], ops::cpu::sample_row(row, rows[i], scratch)) << dev << " row " << i;
+      Sampler::log_softmax(row, lp);
+      EXPECT_NEAR(got.logprobs[i], lp[got.ids[i]], 1e-5) << dev << " row " << i;
+    }
+    EXPECT_THROW(r.forward_sample(b, {rows[0]}), ShapeError);
+  }
 }
 
 TEST(Engine, SeededSamplingIsReproducibleAndBatchInvariant) {

@@ -9,6 +9,10 @@
 #include "core/error.h"
 #include "model/kv_cache.h"
 #include "model/memory_footprint.h"
+#include "ops/linear.h"
+#ifdef MLASERVE_CUDA_RUNTIME
+#include "core/cuda_allocator.h"
+#endif
 
 namespace mls {
 namespace {
@@ -71,6 +75,7 @@ MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const Plan
   runner.forward(batch);
   std::vector<MemStats> stats;
   for (int r = 0; r < tp; ++r) stats.push_back(runner.allocator(r).stats());
+  const std::vector<int64_t> untracked = runner.untracked_device_bytes();
   runner.release_kv_cache();
   for (int r = 0; r < tp; ++r) runner.allocator(r).set_meta(traced_runner);
 
@@ -78,15 +83,19 @@ MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const Plan
   plan.num_blocks = INT64_MAX;
   for (int r = 0; r < tp; ++r) {
     const ParallelContext pc{tp, r, nullptr, runner.sequence_parallel()};
-    const ForwardFootprint fp = predict_forward_footprint(c, pc, batch);
+    const ForwardFootprint fp = predict_forward_footprint(c, pc, batch, runner.device());
     RankPlan rp;
     rp.weights_bytes = stats[r].cur(MemTag::kWeights);
-    rp.predicted_weights_bytes = predict_weight_bytes(c, pc);
+    rp.predicted_weights_bytes = predict_weight_bytes(c, pc, runner.device());
     rp.profiled_activation_bytes = stats[r].pk(MemTag::kActivation);
     rp.predicted_activation_bytes = fp.activation_peak;
     rp.workspace_bytes =
-        std::max(stats[r].pk(MemTag::kComm), fp.comm_peak) + stats[r].pk(MemTag::kWorkspace);
-    rp.kv_bytes_per_token = KvCache::bytes_per_token(c);
+        std::max(stats[r].pk(MemTag::kComm), fp.comm_peak) +
+        std::max(stats[r].pk(MemTag::kWorkspace), ops::linear_workspace_bytes(runner.device())) +
+        untracked[r] +
+        predict_context_bytes(c, pc, limits.max_num_batched_tokens, limits.max_num_seqs,
+                              plan.max_model_len, limits.block_size, runner.device());
+    rp.kv_bytes_per_token = KvCache::bytes_per_token(c, activation_dtype(runner.device()));
     rp.kv_budget_bytes =
         budget.kv_cache_memory_bytes
             ? *budget.kv_cache_memory_bytes
@@ -166,6 +175,17 @@ std::string MemoryPlan::report() const {
   out += fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x\n", max_model_len,
                      max_concurrency);
   return out;
+}
+
+int64_t device_memory_bytes(Device device) {
+  if (device.is_cpu()) return available_host_memory();
+#ifdef MLASERVE_CUDA_RUNTIME
+  int64_t free_b = 0, total_b = 0;
+  cuda_memory_info(device.index, &free_b, &total_b);
+  return total_b;
+#else
+  raise<Unsupported>("{}: this build has no CUDA runtime", device.str());
+#endif
 }
 
 int64_t available_host_memory() {

@@ -38,7 +38,9 @@ struct RankPlan {
   int64_t predicted_weights_bytes = 0;    // analytic
   int64_t profiled_activation_bytes = 0;  // high-water mark of the profiling forward
   int64_t predicted_activation_bytes = 0;
-  int64_t workspace_bytes = 0;  // collective scratch (tag comm) and other runtime buffers
+  // Collective scratch (tag comm), GEMM workspace, device memory no allocator tracks (CUDA
+  // context, NCCL), and the context-dependent step buffers at their worst case.
+  int64_t workspace_bytes = 0;
   int64_t kv_bytes_per_token = 0;
   int64_t kv_budget_bytes = 0;
   int64_t num_blocks = 0;
@@ -77,5 +79,8 @@ void apply_plan(ModelRunner& runner, const MemoryPlan& plan);
 
 // Available host memory (MemAvailable), the CPU device's default budget.
 int64_t available_host_memory();
+// What --gpu-memory-utilization applies to: a GPU's total memory (as vLLM), or on the CPU the
+// available host memory.
+int64_t device_memory_bytes(Device device);
 
 }  // namespace mls

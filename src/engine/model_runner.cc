@@ -1,5 +1,6 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -7,7 +8,15 @@
 #include <thread>
 
 #include "core/error.h"
+#include "ops/copy.h"
 #include "parallel/in_process_communicator.h"
+#ifdef MLASERVE_CUDA_RUNTIME
+#include "core/cuda_allocator.h"
+#include "core/cuda_context.h"
+#endif
+#ifdef MLASERVE_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
 
 namespace mls {
 
@@ -16,7 +25,8 @@ namespace mls {
 // collectives never wait on the caller).
 struct ModelRunner::Rank {
   int index = 0;
-  std::unique_ptr<CpuAllocator> alloc = std::make_unique<CpuAllocator>();
+  Device device;
+  std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Model> model;
   KvCache kv;
   Tensor result;
@@ -29,6 +39,10 @@ struct ModelRunner::Rank {
   std::exception_ptr error;
 
   void loop() {
+#ifdef MLASERVE_CUDA_RUNTIME
+    // Every kernel of this rank goes to this thread's stream on its device.
+    if (!device.is_cpu()) cuda::bind(device.index, alloc.get());
+#endif
     for (;;) {
       std::function<void()> j;
       {
@@ -52,20 +66,44 @@ struct ModelRunner::Rank {
   }
 };
 
-ModelRunner::ModelRunner(const RunnerOptions& opts) : sequence_parallel_(opts.sequence_parallel) {
+ModelRunner::ModelRunner(const RunnerOptions& opts)
+    : device_(opts.device), sequence_parallel_(opts.sequence_parallel) {
   const int tp = opts.tensor_parallel_size;
   if (tp < 1) raise<InvalidArgument>("--tensor-parallel-size must be >= 1 (got {})", tp);
-  if (!opts.device.is_cpu())
-    raise<Unsupported>("--device {}: this build runs on the cpu only", opts.device.str());
+  const bool gpu = !opts.device.is_cpu();
+#ifdef MLASERVE_CUDA_RUNTIME
+  if (gpu && opts.device.index + tp > cuda_device_count())
+    raise<InvalidArgument>(
+        "--device {} with --tensor-parallel-size {} needs GPUs {}..{}, but {} "
+        "are visible",
+        opts.device.str(), tp, opts.device.index, opts.device.index + tp - 1, cuda_device_count());
+#else
+  if (gpu) raise<Unsupported>("--device {}: this build has no CUDA backend", opts.device.str());
+#endif
   std::vector<Allocator*> allocs;
+  std::vector<int> devices;
   for (int r = 0; r < tp; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->index = r;
+    rank->device = gpu ? Device::cuda(opts.device.index + r) : Device::cpu();
+#ifdef MLASERVE_CUDA_RUNTIME
+    if (gpu) rank->alloc = std::make_unique<CudaAllocator>(rank->device.index);
+#endif
+    if (!gpu) rank->alloc = std::make_unique<CpuAllocator>();
     rank->alloc->set_meta(opts.meta);
     allocs.push_back(rank->alloc.get());
+    devices.push_back(rank->device.index);
     ranks_.push_back(std::move(rank));
   }
-  comms_ = make_in_process_group(tp, allocs);
+  if (gpu && tp > 1) {
+#ifdef MLASERVE_NCCL
+    comms_ = make_nccl_group(devices, allocs);
+#else
+    raise<Unsupported>("tensor parallelism on GPUs needs NCCL, which this build lacks");
+#endif
+  } else {
+    comms_ = make_in_process_group(tp, allocs);
+  }
   for (auto& r : ranks_) r->worker = std::thread([rank = r.get()] { rank->loop(); });
   try {
     run_on_all_ranks([&](Rank& r) {
@@ -124,7 +162,8 @@ Allocator& ModelRunner::allocator(int rank) const {
 void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   run_on_all_ranks([&](Rank& r) {
     r.kv = KvCache();  // free the old cache before taking the new one
-    r.kv = KvCache::allocate(r.model->config(), num_blocks, block_size, *r.alloc);
+    r.kv = KvCache::allocate(r.model->config(), num_blocks, block_size, activation_dtype(r.device),
+                             *r.alloc);
   });
   num_blocks_ = num_blocks;
   block_size_ = block_size;
@@ -142,11 +181,60 @@ Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& ob
     if (id < 0 || id >= config().vocab_size)
       raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config().vocab_size);
   run_on_all_ranks([&](Rank& r) {
-    r.result = r.model->forward(batch, r.kv, r.index == 0 ? observer : nullptr);
+    // Every rank observes when rank 0 does: under sequence parallelism an observed tensor is
+    // gathered from all ranks' shards, a collective every rank must join.
+    const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
+    Tensor logits = r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
+    if (r.index != 0) return;
+    if (r.device.is_cpu() || !logits.raw()) {
+      r.result = std::move(logits);
+      return;
+    }
+    // Device logits come back to host memory (the engine samples on the host).
+    r.result = Tensor::empty(logits.shape(), DType::kF32, MemTag::kActivation, default_allocator());
+    ops::copy(logits, r.result);
   });
   Tensor logits = std::move(ranks_[0]->result);
   for (auto& r : ranks_) r->result = Tensor();
   return logits;
+}
+
+SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
+                                        const std::vector<ops::RowSampling>& rows) {
+  if (num_blocks_ == 0) raise<InternalError>("forward before allocate_kv_cache");
+  for (int32_t id : batch.token_ids)
+    if (id < 0 || id >= config().vocab_size)
+      raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config().vocab_size);
+  const auto R = static_cast<int64_t>(rows.size());
+  SampledRows out{std::vector<int32_t>(R), std::vector<float>(R)};
+  run_on_all_ranks([&](Rank& r) {
+    Tensor logits = r.model->forward(batch, r.kv, nullptr);
+    if (r.index != 0 || !logits.raw()) return;
+    Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
+    Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
+    if (r.device.is_cpu()) return ops::sample_rows(logits, rows, ids, logprobs);
+    Tensor dev_ids = Tensor::empty({R}, DType::kI32, MemTag::kActivation, *r.alloc);
+    Tensor dev_logprobs = Tensor::empty({R}, DType::kF32, MemTag::kActivation, *r.alloc);
+    ops::sample_rows(logits, rows, dev_ids, dev_logprobs);
+    ops::copy(dev_ids, ids);
+    ops::copy(dev_logprobs, logprobs);
+  });
+  return out;
+}
+
+std::vector<int64_t> ModelRunner::untracked_device_bytes() {
+  std::vector<int64_t> out(ranks_.size(), 0);
+#ifdef MLASERVE_CUDA_RUNTIME
+  if (device_.is_cpu()) return out;
+  run_on_all_ranks([&](Rank& r) {
+    cuda::synchronize();
+    int64_t free_b = 0, total_b = 0;
+    cuda_memory_info(r.device.index, &free_b, &total_b);
+    const auto& ca = static_cast<const CudaAllocator&>(*r.alloc);
+    out[r.index] = std::max<int64_t>(0, total_b - free_b - ca.reserved_bytes());
+  });
+#endif
+  return out;
 }
 
 }  // namespace mls

@@ -10,14 +10,22 @@
 #include <vector>
 
 #include "model/model.h"
+#include "ops/sampling.h"
 
 namespace mls {
+
+// The tokens a step drew, one per logits row, and each one's raw logprob.
+struct SampledRows {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+};
 
 struct RunnerOptions {
   std::filesystem::path model;
   LoadFormat load_format = LoadFormat::kAuto;
   int tensor_parallel_size = 1;
   bool sequence_parallel = false;
+  // cpu, or cuda:N: rank r then runs on GPU N + r (bf16 compute; NCCL between ranks).
   Device device = Device::cpu();
   // Trace only: every rank's allocator starts in meta mode, so weights get their true sizes but
   // no memory (planning a model that does not fit this machine).
@@ -32,6 +40,8 @@ class ModelRunner {
   ModelRunner& operator=(const ModelRunner&) = delete;
 
   const io::ModelConfig& config() const;
+  // Rank 0's device.
+  Device device() const { return device_; }
   int tp_size() const { return static_cast<int>(ranks_.size()); }
   // The tracked allocator of one rank (the planner reads each rank's figures).
   Allocator& allocator(int rank) const;
@@ -45,7 +55,15 @@ class ModelRunner {
   int64_t block_size() const { return block_size_; }
 
   // One step on every rank: logits [batch.num_logit_rows(), vocab_size] (f32, host memory).
+  // The observer runs on rank 0's thread (whose device stream the intermediates belong to).
   Tensor forward(const ForwardBatch& batch, const ForwardObserver& observer = nullptr);
+  // forward(), then rank 0 draws one token per logits row (rows[r] for row r) where the logits
+  // are (ops::sample_rows): only ids and logprobs come back to the host.
+  SampledRows forward_sample(const ForwardBatch& batch, const std::vector<ops::RowSampling>& rows);
+
+  // Per rank, device memory in use that no tracked allocator accounts for (CUDA context,
+  // library handles, NCCL buffers): used − pool reserved, measured now. Zeros on the CPU.
+  std::vector<int64_t> untracked_device_bytes();
 
  private:
   struct Rank;
@@ -54,6 +72,7 @@ class ModelRunner {
 
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::unique_ptr<Communicator>> comms_;
+  Device device_;
   bool sequence_parallel_ = false;
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;

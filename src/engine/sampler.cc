@@ -1,7 +1,6 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 namespace mls {
@@ -14,10 +13,6 @@ uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
-}
-
-int32_t argmax(std::span<const float> v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 }  // namespace
@@ -37,11 +32,17 @@ double Sampler::uniform(uint64_t seed, int sample_index, int64_t step) {
   return static_cast<double>(r >> 11) * 0x1.0p-53;
 }
 
+ops::RowSampling Sampler::row_sampling(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  return {.temperature = p.greedy() ? 0.0 : p.temperature,
+          .top_k = p.top_k,
+          .top_p = p.top_p,
+          .min_p = p.min_p,
+          .uniform = uniform(in.seed, in.sample_index, static_cast<int64_t>(in.output.size()))};
+}
+
 void Sampler::log_softmax(std::span<const float> logits, std::span<float> out) {
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
-  const double lse = mx + std::log(sum);
+  const double lse = ops::cpu::log_sum_exp(logits);
   for (size_t i = 0; i < logits.size(); ++i)
     out[i] = static_cast<float>(static_cast<double>(logits[i]) - lse);
 }
@@ -76,47 +77,7 @@ int32_t Sampler::sample(const float* logits, const SampleInput& in, Logprobs* lo
   for (int64_t id : in.suppressed) work_[id] = kNegInf;
   apply_penalties(work_, in);
 
-  int32_t token;
-  if (p.greedy()) {
-    token = argmax(work_);
-  } else {
-    const auto inv_t = static_cast<float>(1.0 / p.temperature);
-    const float mx = *std::max_element(work_.begin(), work_.end()) * inv_t;
-    // Unnormalised probabilities relative to the most likely token (which has 1).
-    order_.clear();
-    for (int64_t i = 0; i < vocab_; ++i) {
-      const float e = std::exp(work_[i] * inv_t - mx);
-      scratch_[i] = e;
-      if (e > 0.0f && e >= static_cast<float>(p.min_p)) order_.push_back(static_cast<int32_t>(i));
-    }
-    const bool top_k = p.top_k > 0 && p.top_k < static_cast<int64_t>(order_.size());
-    if (top_k || p.top_p < 1.0) {
-      std::stable_sort(order_.begin(), order_.end(),
-                       [&](int32_t a, int32_t b) { return scratch_[a] > scratch_[b]; });
-      if (top_k) order_.resize(p.top_k);
-    }
-    double total = 0;
-    for (int32_t i : order_) total += scratch_[i];
-    if (p.top_p < 1.0) {
-      // Keep a token while the mass ranked above it is below top_p (at least one survives).
-      double above = 0;
-      size_t keep = 0;
-      while (keep < order_.size() && above < p.top_p * total) above += scratch_[order_[keep++]];
-      order_.resize(keep);
-      total = above;
-    }
-    const double target =
-        uniform(in.seed, in.sample_index, static_cast<int64_t>(in.output.size())) * total;
-    double acc = 0;
-    token = order_.back();
-    for (int32_t i : order_) {
-      acc += scratch_[i];
-      if (target < acc) {
-        token = i;
-        break;
-      }
-    }
-  }
+  const int32_t token = ops::cpu::sample_row(work_, row_sampling(in), draw_);
   if (logprobs) fill_logprobs(logits, token, p.logprobs, *logprobs);
   return token;
 }

@@ -5,7 +5,8 @@
 //   3. repetition penalty over prompt + output tokens (positive logits divided, negative ones
 //      multiplied), then frequency (× count) and presence (once) penalties over output tokens,
 //   4. greedy: argmax (the first maximum); otherwise temperature, min_p, top_k, top_p, and one
-//      draw from the remaining distribution.
+//      draw from the remaining distribution: ops::cpu::sample_row (ops/sampling.h states the
+//      arithmetic), which the device op reproduces.
 // Draws come from a counter-based generator keyed by (seed, sample index, output position), so
 // a seeded sample is the same whatever else is in the batch and after preemption.
 #pragma once
@@ -16,6 +17,7 @@
 
 #include "engine/request.h"
 #include "engine/sampling_params.h"
+#include "ops/sampling.h"
 
 namespace mls {
 
@@ -40,16 +42,19 @@ class Sampler {
   static void log_softmax(std::span<const float> logits, std::span<float> out);
   // Uniform in [0, 1) for draw `step` of the stream (seed, sample_index).
   static double uniform(uint64_t seed, int sample_index, int64_t step);
+  // Step 4's parameters for one draw (the op's view of the request; penalties are not in it).
+  static ops::RowSampling row_sampling(const SampleInput& in);
 
  private:
   void fill_logprobs(const float* logits, int32_t token, int k, Logprobs& out);
 
   int64_t vocab_;
-  std::vector<float> work_;      // penalised, scaled logits
-  std::vector<float> scratch_;   // log-softmax / probabilities
+  std::vector<float> work_;      // penalised logits
+  std::vector<float> scratch_;   // log-softmax
   std::vector<int32_t> counts_;  // output token counts (zeroed after use)
   std::vector<uint8_t> seen_;    // prompt ∪ output membership (zeroed after use)
-  std::vector<int32_t> order_;   // candidate ids, sorted by probability
+  std::vector<int32_t> order_;   // ids sorted by logprob
+  ops::cpu::SampleScratch draw_;
 };
 
 }  // namespace mls

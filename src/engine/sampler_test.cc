@@ -146,6 +146,28 @@ TEST(Sampler, LogprobsAreTheRawLogSoftmax) {
   }
 }
 
+// Without penalties or suppression the Sampler's draw is the op's on row_sampling(in): the
+// engine's device path hands the op exactly these parameters.
+TEST(Sampler, RowSamplingIsTheDrawTheSamplerMakes) {
+  Sampler s(kVocab);
+  const auto logits = ramp();
+  ops::cpu::SampleScratch scratch;
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_LE(Sampler::row_sampling(input(greedy)).temperature, 0.0);
+  for (int i = 0; i < 200; ++i) {
+    SamplingParams p;
+    p.temperature = 0.5 + 0.01 * i;
+    p.top_k = i % 7;
+    p.top_p = i % 3 == 0 ? 1.0 : 0.6;
+    p.min_p = i % 5 == 0 ? 0.1 : 0.0;
+    const SampleInput in = input(p, i % 9, 100 + i);
+    const ops::RowSampling row = Sampler::row_sampling(in);
+    EXPECT_EQ(row.uniform, Sampler::uniform(100 + i, 0, i % 9));
+    EXPECT_EQ(s.sample(logits.data(), in, nullptr), ops::cpu::sample_row(logits, row, scratch));
+  }
+}
+
 TEST(Sampler, SuppressedIdsAreNeverSampled) {
   Sampler s(kVocab);
   const auto logits = ramp();

@@ -31,19 +31,20 @@ Tensor gather_from_layout(const Tensor& local, const TokenLayout& layout, const 
 void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
                            const ParallelContext& par, const TokenLayout& layout, int64_t layer,
                            const LayerWeights& w, const StepContext& step, KvCache& kv, Tensor& x,
-                           ChosenIndices& chosen) {
+                           Tensor& chosen) {
   Allocator& a = *step.alloc;
   const auto act = MemTag::kActivation;
   const int64_t L = layout.local_rows(), N = step.positions.numel(), H = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   layout.expect(x, "decoder layer input");
 
-  Tensor h = Tensor::empty({L, H}, DType::kF32, act, a);
+  const DType dt = k.act;
+  Tensor h = Tensor::empty({L, H}, dt, act, a);
   ops::rms_norm(x, w.input_norm, eps, h);
   {
     // Attention half. Its intermediates (the gathered projection, q, the indexer's output)
     // are released at the end of this block, before the MLP allocates.
-    Tensor a_local = Tensor::empty({L, w.fused_a.dim(0)}, DType::kF32, act, a);
+    Tensor a_local = Tensor::empty({L, w.fused_a.dim(0)}, dt, act, a);
     ops::linear(h, w.fused_a, a_local);
     const Tensor proj = gather_from_layout(a_local, layout, step, par, a);
     MLS_CHECK(proj.dim(0) == N, "fused projection has {} rows for {} tokens", proj.dim(0), N);
@@ -60,19 +61,18 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
       case io::IndexerKind::kShared:
         break;  // reuse the most recent full layer's selection
       case io::IndexerKind::kNone:
-        chosen.clear();
+        chosen = Tensor();
         break;
     }
     Tensor attn = mla.attend(w, step, kv.latent[layer], q, chosen);
     Tensor attn_local = reduce_into_layout(attn, par, layout, a);
     layout.expect(attn_local, "attention output");
-    ops::add(x, attn_local, x);
+    ops::add_rms_norm(x, attn_local, w.post_attention_norm, eps, h);
   }
 
-  ops::rms_norm(x, w.post_attention_norm, eps, h);
   const Tensor h_mlp = gather_from_layout(h, layout, step, par, a);
   MLS_CHECK(h_mlp.dim(0) == N, "MLP input has {} rows for {} tokens", h_mlp.dim(0), N);
-  Tensor mlp_out = Tensor::empty({N, H}, DType::kF32, act, a);
+  Tensor mlp_out = Tensor::empty({N, H}, dt, act, a);
   if (c.layer_is_moe[layer])
     moe_forward(c, w, h_mlp, mlp_out, a);
   else

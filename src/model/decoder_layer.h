@@ -20,6 +20,6 @@ namespace mls {
 void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
                            const ParallelContext& par, const TokenLayout& layout, int64_t layer,
                            const LayerWeights& w, const StepContext& step, KvCache& kv, Tensor& x,
-                           ChosenIndices& chosen);
+                           Tensor& chosen);
 
 }  // namespace mls

@@ -3,8 +3,6 @@
 // "shared" layers') attention.
 #pragma once
 
-#include <vector>
-
 #include "model/kv_cache.h"
 #include "model/model_weights.h"
 #include "model/step_context.h"
@@ -14,8 +12,8 @@ namespace mls {
 // a: the fused replicated projection [N, Wa] (holding wk and weights_proj outputs); q_resid:
 // q_a_layernorm output [N, rq]. Writes the new tokens' indexer keys into the cache and returns,
 // per sequence, chosen i32 [num_new, topk].
-std::vector<Tensor> dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t layer,
-                                const LayerWeights& w, const StepContext& step, Tensor& index_cache,
-                                const Tensor& a, const Tensor& q_resid);
+Tensor dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t layer,
+                   const LayerWeights& w, const StepContext& step, Tensor& index_cache,
+                   const Tensor& a, const Tensor& q_resid);
 
 }  // namespace mls

@@ -5,16 +5,11 @@
 // O(new tokens), never O(context): the profiled worst case covers any cached context length.
 #pragma once
 
-#include <vector>
-
 #include "model/kv_cache.h"
 #include "model/model_weights.h"
 #include "model/step_context.h"
 
 namespace mls {
-
-// Per-sequence sparse index lists chosen by the DSA indexer (empty: dense attention).
-using ChosenIndices = std::vector<Tensor>;
 
 class MlaAttention {
  public:
@@ -26,9 +21,10 @@ class MlaAttention {
   // [N, nh, dq]) and q_resid [N, rq]. Without q_lora, q = q_proj(h) and h must be replicated.
   void project(const LayerWeights& w, const StepContext& step, Tensor& latent_cache,
                const Tensor& a, const Tensor& h, Tensor& q, Tensor& q_resid) const;
-  // Step 2: attention over the cache (restricted to `chosen` when non-empty), then o_proj.
+  // Step 2: attention over the cache (restricted to the DSA indexer's `chosen` [N, topk] when
+  // defined), then o_proj.
   Tensor attend(const LayerWeights& w, const StepContext& step, const Tensor& latent_cache,
-                const Tensor& q, const ChosenIndices& chosen) const;
+                const Tensor& q, const Tensor& chosen) const;
 
  private:
   const io::ModelConfig& c_;

@@ -19,8 +19,9 @@ void mlp_forward_into(const MlpWeights& w, const Tensor& x, Tensor& out, Tensor 
 void mlp_forward(const MlpWeights& w, const Tensor& x, Tensor& out, Allocator& alloc,
                  bool accumulate) {
   const int64_t T = x.dim(0), I = w.gate.dim(0);
-  mlp_forward_into(w, x, out, Tensor::empty({T, I}, DType::kF32, MemTag::kActivation, alloc),
-                   Tensor::empty({T, I}, DType::kF32, MemTag::kActivation, alloc), accumulate);
+  const DType dt = x.dtype();
+  mlp_forward_into(w, x, out, Tensor::empty({T, I}, dt, MemTag::kActivation, alloc),
+                   Tensor::empty({T, I}, dt, MemTag::kActivation, alloc), accumulate);
 }
 
 }  // namespace mls

@@ -1,9 +1,10 @@
 #include "model/model.h"
 
-#include <cstring>
+#include <algorithm>
 
 #include "core/error.h"
 #include "model/decoder_layer.h"
+#include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
@@ -29,20 +30,15 @@ Model::Model(io::ModelConfig config, ModelWeights weights, const ParallelContext
       w_(std::move(weights)),
       par_(par),
       alloc_(&alloc),
-      k_(ModelConstants::make(config_, par_)) {
+      k_(ModelConstants::make(config_, par_, alloc.device())) {
   if (par_.tp_size > 1 && !par_.comm)
     raise<InternalError>("tensor parallelism of {} without a communicator", par_.tp_size);
   // Absorbed decode needs W_UKᵀ per local head: [rkv, dn] from kv_b_proj's k rows.
   const int64_t nh = k_.local_heads, dn = config_.qk_nope_head_dim, dv = config_.v_head_dim;
   const int64_t rkv = config_.kv_lora_rank;
   for (LayerWeights& l : w_.layers) {
-    l.w_uk_t = Tensor::empty({nh, rkv, dn}, DType::kF32, MemTag::kWeights, alloc);
-    if (!l.w_uk_t.raw()) continue;
-    for (int64_t h = 0; h < nh; ++h)
-      for (int64_t i = 0; i < dn; ++i)
-        for (int64_t r = 0; r < rkv; ++r)
-          l.w_uk_t.data<float>()[(h * rkv + r) * dn + i] =
-              l.kv_b_proj.data<float>()[(h * (dn + dv) + i) * rkv + r];
+    l.w_uk_t = Tensor::empty({nh, rkv, dn}, l.kv_b_proj.dtype(), MemTag::kWeights, alloc);
+    ops::copy(l.kv_b_proj.view({nh, dn + dv, rkv}).narrow(1, 0, dn).transpose(1, 2), l.w_uk_t);
   }
 }
 
@@ -51,7 +47,6 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
   Allocator& a = *alloc_;
   const auto act = MemTag::kActivation;
   const int64_t N = batch.num_tokens(), H = config_.hidden_size;
-  StepContext step(batch, kv.block_size, a);
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= config_.vocab_size)
       raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config_.vocab_size);
@@ -61,47 +56,29 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
                                  ? TokenLayout::sharded(N, par_.tp_size, par_.rank)
                                  : TokenLayout::replicated(N);
   const int64_t L = layout.local_rows();
-  // This rank's rows of the token ids; padding rows (past T) embed to zeros.
-  std::vector<int32_t> local_ids(L, -1);
-  for (int64_t i = 0; i < L; ++i)
-    if (layout.first_row() + i < N) local_ids[i] = batch.token_ids[layout.first_row() + i];
-  Tensor ids = Tensor::wrap(local_ids.data(), {L}, DType::kI32);
-  Tensor x = Tensor::empty({L, H}, DType::kF32, act, a);
-  ops::embedding(w_.embed, ids, 0, x);
+  // This rank's rows of the token ids are staged with the step; padding rows embed to zeros.
+  StepContext step(batch, kv.block_size, layout.first_row(), L, a);
+  Tensor x = Tensor::empty({L, H}, k_.act, act, a);
+  ops::embedding(w_.embed, step.local_ids, 0, x);
 
   auto observe = [&](std::string_view name, const Tensor& t) {
     if (!observer) return;
-    observer(name, layout.is_sharded()
-                       ? all_gather_trim(t, layout, step.positions.numel(), *par_.comm, a)
-                       : t);
+    observer(name, layout.is_sharded() ? all_gather_trim(t, layout, N, *par_.comm, a) : t);
   };
   observe("embed", x);
-  ChosenIndices chosen;
+  Tensor chosen;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     decoder_layer_forward(config_, k_, par_, layout, l, w_.layers[l], step, kv, x, chosen);
     observe(fmt::format("layer.{}", l), x);
   }
   ops::rms_norm(x, w_.final_norm, static_cast<float>(config_.rms_norm_eps), x);
   observe("final_norm", x);
-  const Tensor normed =
-      layout.is_sharded() ? all_gather_trim(x, layout, step.positions.numel(), *par_.comm, a) : x;
+  const Tensor normed = layout.is_sharded() ? all_gather_trim(x, layout, N, *par_.comm, a) : x;
 
   // Only the rows that produce logits go through lm_head.
   const int64_t R = batch.num_logit_rows();
-  Tensor rows = Tensor::empty({R, H}, DType::kF32, act, a);
-  if (rows.raw()) {
-    int64_t r = 0;
-    for (size_t s = 0; s < batch.seqs.size(); ++s) {
-      const SequenceChunk& sc = batch.seqs[s];
-      int64_t first = sc.num_new, count = 0;
-      if (sc.logits == SequenceChunk::Logits::kAll) first = 0, count = sc.num_new;
-      if (sc.logits == SequenceChunk::Logits::kLast) first = sc.num_new - 1, count = 1;
-      for (int64_t i = 0; i < count; ++i, ++r)
-        std::memcpy(rows.data<float>() + r * H,
-                    normed.data<float>() + (step.seq_start[s] + first + i) * normed.stride(0),
-                    H * sizeof(float));
-    }
-  }
+  Tensor rows = Tensor::empty({R, H}, k_.act, act, a);
+  ops::gather_rows(normed, step.logit_rows, rows);
   Tensor local = Tensor::empty({R, k_.local_vocab}, DType::kF32, act, a);
   ops::linear(rows, w_.lm_head, local);
   if (par_.tp_size == 1) return local;
@@ -109,15 +86,13 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
   Tensor gathered = Tensor::empty({par_.tp_size * R, k_.local_vocab}, DType::kF32, act, a);
   par_.comm->all_gather(local, gathered);
   Tensor logits = Tensor::empty({R, config_.vocab_size}, DType::kF32, act, a);
-  if (logits.raw())
-    for (int64_t r = 0; r < R; ++r)
-      for (int rk = 0; rk < par_.tp_size; ++rk) {
-        const int64_t start = rk * k_.local_vocab;
-        const int64_t n = std::min(k_.local_vocab, config_.vocab_size - start);
-        if (n > 0)
-          std::memcpy(logits.data<float>() + r * config_.vocab_size + start,
-                      gathered.data<float>() + (rk * R + r) * k_.local_vocab, n * sizeof(float));
-      }
+  for (int rk = 0; rk < par_.tp_size; ++rk) {
+    const int64_t start = rk * k_.local_vocab;
+    const int64_t n = std::min(k_.local_vocab, config_.vocab_size - start);
+    if (n <= 0) continue;
+    Tensor dst = logits.narrow(1, start, n);
+    ops::copy(gathered.narrow(0, rk * R, R).narrow(1, 0, n), dst);
+  }
   return logits;
 }
 

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
+#include "ops/copy.h"
+#include "ops/elementwise.h"
 
 namespace mls {
 
@@ -75,10 +75,14 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
                    Tensor* dest) {
     t.push_back({std::move(name), shape, {}, {}, shape, dest, group, row});
   };
+  auto gemm = [&] { t.back().gemm_only = true; };
   auto mlp = [&](const std::string& pre, int64_t inter, int64_t start, int64_t len, MlpWeights& m) {
     by_rows(pre + "gate_proj.weight", {inter, H}, start, len, &m.gate);
+    gemm();
     by_rows(pre + "up_proj.weight", {inter, H}, start, len, &m.up);
+    gemm();
     by_cols(pre + "down_proj.weight", {H, inter}, start, len, &m.down);
+    gemm();
   };
 
   w.layers.resize(c.num_hidden_layers);
@@ -101,18 +105,22 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
       whole(a + "q_a_layernorm.weight", {c.q_lora_rank}, &l.q_a_norm);
       by_rows(a + "q_b_proj.weight", {nh * dq, c.q_lora_rank}, s.head_start * dq, s.heads * dq,
               &l.q_b_proj);
+      gemm();
     } else {
       by_rows(a + "q_proj.weight", {nh * dq, H}, s.head_start * dq, s.heads * dq, &l.q_proj);
+      gemm();
     }
     fused(a + "kv_a_proj_with_mqa.weight", {rkv + dr, H}, &l.fused_a, fa.kv, &l.kv_a_proj);
     whole(a + "kv_a_layernorm.weight", {rkv}, &l.kv_a_norm);
     by_rows(a + "kv_b_proj.weight", {nh * (dn + dv), rkv}, s.head_start * (dn + dv),
             s.heads * (dn + dv), &l.kv_b_proj);
     by_cols(a + "o_proj.weight", {H, nh * dv}, s.head_start * dv, s.heads * dv, &l.o_proj);
+    gemm();
     if (c.layer_indexer[L] == io::IndexerKind::kFull) {
       const std::string ix = a + "indexer.";
       const int64_t hi = c.index_n_heads, di = c.index_head_dim;
       whole(ix + "wq_b.weight", {hi * di, c.q_lora_rank}, &l.idx_wq_b);
+      gemm();
       fused(ix + "wk.weight", {di, H}, &l.fused_a, fa.index_k, &l.idx_wk);
       whole(ix + "k_norm.weight", {di}, &l.idx_k_norm_w);
       whole(ix + "k_norm.bias", {di}, &l.idx_k_norm_b);
@@ -141,30 +149,115 @@ LoadFormat parse_load_format(const std::string& s) {
   raise<InvalidArgument>("unknown --load-format '{}': expected auto, safetensors or dummy", s);
 }
 
-// Deterministic values in [-a, a] from the tensor's name and index (splitmix64), so a dummy
-// model is the same on every rank and every run.
-static void fill_dummy(const WeightSpec& spec, float* out, int64_t n) {
-  uint64_t seed = 0x9e3779b97f4a7c15ull;
-  for (char ch : spec.name) seed = (seed ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
+DType weight_dtype(const io::ModelConfig& c, const WeightSpec& spec, Device device,
+                   bool has_scales) {
+  if (device.is_cpu() || spec.local_shape.size() == 1) return DType::kF32;
+  if (!spec.gemm_only || !c.quant.fp8 || !has_scales || c.quant.block_n != 128 ||
+      c.quant.block_k != 128)
+    return DType::kBF16;
+  auto aligned = [](const io::Slice& s, int64_t full) {
+    const int64_t len = s.len < 0 ? full - s.start : s.len;
+    return s.start % 128 == 0 && (len % 128 == 0 || s.start + len == full);
+  };
+  return aligned(spec.rows, spec.full_shape[0]) && aligned(spec.cols, spec.full_shape[1])
+             ? DType::kFP8E4M3
+             : DType::kBF16;
+}
+
+int64_t block_scale_bytes(int64_t rows, int64_t cols) {
+  return (rows + 127) / 128 * ((cols + 127) / 128) * static_cast<int64_t>(sizeof(float));
+}
+
+// Deterministic values in [-a, a] from the tensor's name and index (see ops::UniformFill), so a
+// dummy model is the same on every rank and every run; norms are 1 ± 0.1.
+static ops::UniformFill dummy_fill(const WeightSpec& spec) {
+  ops::UniformFill f;
+  f.seed = 0x9e3779b97f4a7c15ull;
+  for (char ch : spec.name) f.seed = (f.seed ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
   const bool is_norm = spec.name.find("norm") != std::string::npos;
   const bool is_bias = spec.name.ends_with("bias");
   const int64_t fan_in = spec.full_shape.size() > 1 ? spec.full_shape[1] : 1;
-  const float a = is_bias ? 0.05f : std::sqrt(3.0f / static_cast<float>(fan_in));
-  const int64_t row_len = spec.local_shape.size() > 1 ? spec.local_shape[1] : 1;
-  const int64_t full_cols = spec.full_shape.size() > 1 ? spec.full_shape[1] : 1;
-  ThreadPool::global().parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      // Index in the full tensor, so that every rank sees the same values for the same element.
-      const int64_t r = i / row_len + spec.rows.start, col = i % row_len + spec.cols.start;
-      uint64_t z = seed + static_cast<uint64_t>(r * full_cols + col) * 0x9e3779b97f4a7c15ull;
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      z ^= z >> 31;
-      const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
-      out[i] = is_norm && !is_bias ? 1.0f + 0.1f * u : a * u;
-    }
-  });
+  f.bound = is_bias ? 0.05f : std::sqrt(3.0f / static_cast<float>(fan_in));
+  if (is_norm && !is_bias) f.offset = 1.0f, f.bound = 0.1f;
+  f.row0 = spec.rows.start;
+  f.col0 = spec.cols.start;
+  f.full_cols = spec.full_shape.size() > 1 ? spec.full_shape[1] : 1;
+  return f;
 }
+
+namespace {
+
+// Loads one rank's weights onto its allocator's device.
+class WeightLoader {
+ public:
+  WeightLoader(const io::ModelConfig& c, const io::Checkpoint* ckpt, LoadFormat format,
+               Allocator& alloc)
+      : c_(c), ckpt_(ckpt), format_(format), alloc_(alloc) {}
+
+  DType dtype_of(const WeightSpec& spec) const {
+    const bool has_scales =
+        format_ == LoadFormat::kDummy || (ckpt_ && ckpt_->has(spec.name + "_scale_inv"));
+    return weight_dtype(c_, spec, alloc_.device(), has_scales);
+  }
+
+  void fill(const WeightSpec& spec) const {
+    Tensor& dest = *spec.dest;
+    if (!dest.raw()) return;  // meta allocator: sizes only
+    if (dest.dtype() == DType::kFP8E4M3) return fill_fp8(spec);
+    const int64_t rows = spec.local_shape[0];
+    const int64_t read_rows = spec.rows.len < 0 ? rows : spec.rows.len;
+    // A padded vocabulary tail (rows past read_rows) stays zero.
+    Tensor part = dest.narrow(0, 0, read_rows);
+    if (format_ == LoadFormat::kDummy) return ops::fill_uniform(part, dummy_fill(spec));
+    // Host f32 first (checkpoint conversion, FP8 dequantisation), then the device's dtype.
+    Tensor host = Tensor::empty(part.shape(), DType::kF32, MemTag::kWorkspace, host_alloc());
+    ckpt_->read_f32(spec.name, spec.full_shape, host.data<float>(), spec.rows, spec.cols);
+    if (part.dtype() == DType::kF32) return ops::copy(host, part);
+    Tensor staged = Tensor::empty(part.shape(), DType::kF32, MemTag::kWorkspace, alloc_);
+    ops::copy(host, staged);
+    ops::copy(staged, part);
+  }
+
+ private:
+  static Allocator& host_alloc() {
+    static CpuAllocator a;  // load-time staging, outside every rank's accounting
+    return a;
+  }
+
+  void fill_fp8(const WeightSpec& spec) const {
+    Tensor& dest = *spec.dest;
+    const int64_t rows = dest.dim(0), cols = dest.dim(1);
+    const io::Slice srows{spec.rows.start / 128, (rows + 127) / 128};
+    const io::Slice scols{spec.cols.start / 128, (cols + 127) / 128};
+    Tensor scale = Tensor::empty({srows.len, scols.len}, DType::kF32, MemTag::kWeights, alloc_);
+    if (format_ == LoadFormat::kDummy) {
+      // Codes uniform in [-1, 1], one scale per block: values in [-a, a] as the bf16 dummy.
+      ops::UniformFill codes = dummy_fill(spec);
+      const float a = codes.bound;
+      codes.bound = 1.0f;
+      ops::fill_uniform(dest, codes);
+      ops::fill_uniform(scale, {.seed = 0, .bound = 0.0f, .offset = a});
+    } else {
+      std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+      ckpt_->read_raw(spec.name, DType::kFP8E4M3, spec.full_shape, q.data(), spec.rows, spec.cols);
+      ops::copy(Tensor::wrap(q.data(), dest.shape(), DType::kFP8E4M3), dest);
+      const int64_t full_sr = (spec.full_shape[0] + 127) / 128;
+      const int64_t full_sc = (spec.full_shape[1] + 127) / 128;
+      std::vector<float> s(static_cast<size_t>(srows.len * scols.len));
+      const std::vector<int64_t> scale_shape{full_sr, full_sc};
+      ckpt_->read_raw(spec.name + "_scale_inv", DType::kF32, scale_shape, s.data(), srows, scols);
+      ops::copy(Tensor::wrap(s.data(), scale.shape(), DType::kF32), scale);
+    }
+    dest.set_block_scale(std::move(scale));
+  }
+
+  const io::ModelConfig& c_;
+  const io::Checkpoint* ckpt_;
+  LoadFormat format_;
+  Allocator& alloc_;
+};
+
+}  // namespace
 
 ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
                           const io::Checkpoint* ckpt, LoadFormat format, Allocator& alloc) {
@@ -180,30 +273,24 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
                                Shape(spec.full_shape).str(), Shape(info.shape).str());
     }
   }
+  const WeightLoader loader(c, ckpt, format, alloc);
   // Fused groups first: one allocation each, sized by its members; members become row views.
   for (const WeightSpec& spec : table)
     if (spec.group && !spec.group->defined()) {
       int64_t rows = 0;
       for (const WeightSpec& m : table)
         if (m.group == spec.group) rows = std::max(rows, m.group_row + m.local_shape[0]);
-      *spec.group =
-          Tensor::empty({rows, spec.local_shape[1]}, DType::kF32, MemTag::kWeights, alloc);
+      *spec.group = Tensor::empty({rows, spec.local_shape[1]}, loader.dtype_of(spec),
+                                  MemTag::kWeights, alloc);
     }
   for (const WeightSpec& spec : table) {
-    *spec.dest = spec.group
-                     ? spec.group->narrow(0, spec.group_row, spec.local_shape[0])
-                     : Tensor::empty(Shape(spec.local_shape), DType::kF32, MemTag::kWeights, alloc);
-    float* out = spec.dest->data<float>();
-    if (!out) continue;  // meta allocator: sizes only
-    const int64_t n = spec.dest->numel();
-    const int64_t read_rows = spec.rows.len < 0 ? spec.local_shape[0] : spec.rows.len;
-    const int64_t row_len = n / std::max<int64_t>(spec.local_shape[0], 1);
-    if (read_rows < spec.local_shape[0])  // padded vocabulary tail
-      std::memset(out + read_rows * row_len, 0, (n - read_rows * row_len) * sizeof(float));
-    if (format == LoadFormat::kDummy)
-      fill_dummy(spec, out, read_rows * row_len);
-    else
-      ckpt->read_f32(spec.name, spec.full_shape, out, spec.rows, spec.cols);
+    const bool padded = spec.rows.len >= 0 && spec.rows.len < spec.local_shape[0];
+    *spec.dest = spec.group ? spec.group->narrow(0, spec.group_row, spec.local_shape[0])
+                 : padded   ? Tensor::zeros(Shape(spec.local_shape), loader.dtype_of(spec),
+                                            MemTag::kWeights, alloc)
+                            : Tensor::empty(Shape(spec.local_shape), loader.dtype_of(spec),
+                                            MemTag::kWeights, alloc);
+    loader.fill(spec);
   }
   return w;
 }

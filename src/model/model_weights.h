@@ -1,4 +1,6 @@
-// The weights of one rank's shard of a model, in compute layout (f32 [out, in] on the CPU).
+// The weights of one rank's shard of a model, in compute layout: f32 [out, in] on the CPU; on
+// the GPU bf16 matrices (block-FP8 e4m3 with their scales for the GEMM-only projections of an
+// FP8 checkpoint) and f32 vectors (norms, biases).
 // weight_table() lists every tensor once — checkpoint name, full shape, this rank's slice and
 // destination — and is shared by the loader, the validator and the dummy initialiser, so the
 // three can never disagree.
@@ -61,6 +63,8 @@ struct WeightSpec {
   // Set for members of a fused tensor: dest becomes rows [group_row, +rows) of *group.
   Tensor* group = nullptr;
   int64_t group_row = 0;
+  // Read only by ops::linear as a whole matrix: may stay block-FP8 on the GPU.
+  bool gemm_only = false;
 };
 
 // Sizes one rank holds (heads, MLP columns, vocab rows) for a tensor-parallel layout.
@@ -72,6 +76,14 @@ ShardSizes shard_sizes(const io::ModelConfig& c, const ParallelContext& p);
 
 std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelContext& p,
                                      ModelWeights& w);
+
+// The dtype a weight is kept in on `device`: f32 on the CPU; on the GPU f32 vectors, and bf16
+// matrices except GEMM-only projections with FP8 block scales (`has_scales`) whose slice is
+// whole 128 × 128 blocks, which stay FP8 (e4m3) with an f32 block_scale.
+DType weight_dtype(const io::ModelConfig& c, const WeightSpec& spec, Device device,
+                   bool has_scales);
+// Bytes of the block scales an FP8 weight of local shape [rows, cols] carries.
+int64_t block_scale_bytes(int64_t rows, int64_t cols);
 
 enum class LoadFormat { kAuto, kDummy };
 LoadFormat parse_load_format(const std::string& s);

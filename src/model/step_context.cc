@@ -1,11 +1,15 @@
 #include "model/step_context.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "ops/copy.h"
 #include "ops/rope.h"
 
 namespace mls {
 
-ModelConstants ModelConstants::make(const io::ModelConfig& c, const ParallelContext& p) {
+ModelConstants ModelConstants::make(const io::ModelConfig& c, const ParallelContext& p,
+                                    Device device) {
   ModelConstants k;
   ops::RopeParamsF rp;
   rp.theta = c.rope.theta;
@@ -36,29 +40,86 @@ ModelConstants ModelConstants::make(const io::ModelConfig& c, const ParallelCont
   k.local_heads = c.num_attention_heads / p.tp_size;
   k.local_vocab = (c.vocab_size + p.tp_size - 1) / p.tp_size;
   k.vocab_start = p.rank * k.local_vocab;
+  k.act = activation_dtype(device);
   return k;
 }
 
-StepContext::StepContext(const ForwardBatch& b, int64_t bs, Allocator& a)
+DType activation_dtype(Device device) {
+  return device.is_cpu() ? DType::kF32 : DType::kBF16;
+}
+
+static int64_t max_blocks_of(const ForwardBatch& b, int64_t bs) {
+  int64_t m = 1;
+  for (const SequenceChunk& sc : b.seqs)
+    m = std::max(m, (sc.num_cached + sc.num_new + bs - 1) / bs);
+  return m;
+}
+
+int64_t StepContext::index_elems(const ForwardBatch& b, int64_t local_rows) {
+  return 4 * b.num_tokens() + local_rows + b.num_logit_rows();
+}
+
+StepContext::StepContext(const ForwardBatch& b, int64_t bs, int64_t first_row, int64_t local_rows,
+                         Allocator& a)
     : batch(&b), block_size(bs), alloc(&a) {
-  const int64_t N = b.num_tokens();
-  positions = Tensor::empty({N}, DType::kI32, MemTag::kActivation, a);
-  slots.resize(N);
-  int64_t row = 0;
-  for (size_t s = 0; s < b.seqs.size(); ++s) {
+  const int64_t N = b.num_tokens(), S = static_cast<int64_t>(b.seqs.size());
+  const int64_t max_blocks = max_blocks_of(b, bs), R = b.num_logit_rows();
+  // Host staging in the device buffers' layout: positions, slots, token_seq, index_row_len,
+  // local ids, logit rows; the block tables apart (they grow with the context, not the batch,
+  // and are accounted as workspace at their worst case).
+  std::vector<int32_t> host(index_elems(b, local_rows), 0);
+  std::vector<int32_t> tables(S * max_blocks, 0);
+  int32_t* pos = host.data();
+  int32_t* slot = pos + N;
+  int32_t* seq_of = slot + N;
+  int32_t* row_len = seq_of + N;
+  int32_t* ids = row_len + N;
+  int32_t* logit = ids + local_rows;
+  int64_t row = 0, r = 0;
+  for (int64_t s = 0; s < S; ++s) {
     const SequenceChunk& sc = b.seqs[s];
     seq_start.push_back(row);
-    const int64_t need_blocks = (sc.num_cached + sc.num_new + bs - 1) / bs;
+    const int64_t total = sc.num_cached + sc.num_new;
+    const int64_t need_blocks = (total + bs - 1) / bs;
     if (static_cast<int64_t>(sc.block_table.size()) < need_blocks)
-      raise<InternalError>("sequence {} covers {} tokens with {} blocks of {}", s,
-                           sc.num_cached + sc.num_new, sc.block_table.size(), bs);
+      raise<InternalError>("sequence {} covers {} tokens with {} blocks of {}", s, total,
+                           sc.block_table.size(), bs);
+    std::copy_n(sc.block_table.begin(), need_blocks, tables.begin() + s * max_blocks);
+    const int64_t prompt = sc.prompt_len > 0 ? sc.prompt_len : total;
+    max_keys = std::max({max_keys, total, prompt});
     for (int64_t i = 0; i < sc.num_new; ++i, ++row) {
       const int64_t p = sc.num_cached + i;
-      if (positions.raw()) positions.data<int32_t>()[row] = static_cast<int32_t>(p);
-      slots[row] = slot(s, p);
+      pos[row] = static_cast<int32_t>(p);
+      slot[row] = static_cast<int32_t>(static_cast<int64_t>(sc.block_table[p / bs]) * bs + p % bs);
+      seq_of[row] = static_cast<int32_t>(s);
+      row_len[row] = static_cast<int32_t>(p < prompt ? prompt : p + 1);
     }
+    int64_t first = sc.num_new, count = 0;
+    if (sc.logits == SequenceChunk::Logits::kAll) first = 0, count = sc.num_new;
+    if (sc.logits == SequenceChunk::Logits::kLast) first = sc.num_new - 1, count = 1;
+    for (int64_t i = 0; i < count; ++i) logit[r++] = static_cast<int32_t>(seq_start[s] + first + i);
   }
   if (row != N) raise<InternalError>("batch lists {} tokens but its sequences cover {}", N, row);
+  for (int64_t i = 0; i < local_rows; ++i)
+    ids[i] = first_row + i < N ? b.token_ids[first_row + i] : -1;
+
+  Tensor buf =
+      Tensor::empty({static_cast<int64_t>(host.size())}, DType::kI32, MemTag::kActivation, a);
+  ops::copy(Tensor::wrap(host.data(), buf.shape(), DType::kI32), buf);
+  block_tables = Tensor::empty({S, max_blocks}, DType::kI32, MemTag::kWorkspace, a);
+  ops::copy(Tensor::wrap(tables.data(), block_tables.shape(), DType::kI32), block_tables);
+  int64_t off = 0;
+  auto take = [&](int64_t n) {
+    Tensor t = buf.narrow(0, off, n);
+    off += n;
+    return t;
+  };
+  positions = take(N);
+  slots = take(N);
+  token_seq = take(N);
+  index_row_len = take(N);
+  local_ids = take(local_rows);
+  logit_rows = take(R);
 }
 
 }  // namespace mls

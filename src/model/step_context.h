@@ -1,5 +1,7 @@
-// Per-forward facts shared by every layer: token positions, cache slots and per-sequence
-// offsets, plus the constants derived once from the config (RoPE tables, scales, local sizes).
+// Per-forward facts shared by every layer: token positions, cache slots, the paged-cache
+// addressing of every sequence, and the constants derived once from the config (RoPE tables,
+// scales, local sizes, the compute dtype). The per-step index tables are built on the host and
+// reach the device in one copy, so no kernel of the step ever waits on the host.
 #pragma once
 
 #include <vector>
@@ -7,6 +9,7 @@
 #include "core/tensor.h"
 #include "io/model_config.h"
 #include "model/forward_batch.h"
+#include "ops/attention.h"
 #include "ops/rope.h"
 #include "parallel/communicator.h"
 
@@ -19,28 +22,42 @@ struct ModelConstants {
   float softmax_scale = 1.0f;
   int64_t local_heads = 0;
   int64_t vocab_start = 0, local_vocab = 0;
+  // Activations and the KV cache: f32 on the CPU, bf16 on the GPU (fp32 accumulation there).
+  DType act = DType::kF32;
 
-  static ModelConstants make(const io::ModelConfig& c, const ParallelContext& p);
+  static ModelConstants make(const io::ModelConfig& c, const ParallelContext& p, Device device);
 };
+
+// The compute dtype of activations and cache on a device.
+DType activation_dtype(Device device);
 
 struct StepContext {
   const ForwardBatch* batch = nullptr;
-  Tensor positions;                // i32 [N]
-  std::vector<int64_t> slots;      // cache slot of each new token
-  std::vector<int64_t> seq_start;  // first token row of each sequence
   int64_t block_size = 0;
   Allocator* alloc = nullptr;
+  int64_t max_keys = 0;            // longest key range (or DSA prompt row) of any token
+  std::vector<int64_t> seq_start;  // first token row of each sequence (host)
+  // On the step's device, i32, views into one buffer (block tables apart, tag workspace):
+  Tensor positions;      // [N] position of each new token
+  Tensor slots;          // [N] cache slot of each new token
+  Tensor token_seq;      // [N] sequence of each new token
+  Tensor index_row_len;  // [N] DSA top-k row length (prompt length for prompt tokens)
+  Tensor block_tables;   // [num_seqs, max_blocks]
+  Tensor local_ids;      // [L] token ids of this rank's rows of the layout (−1: padding)
+  Tensor logit_rows;     // [R] rows that produce logits
 
-  StepContext(const ForwardBatch& b, int64_t block_size, Allocator& alloc);
-  // Cache slot of position p of sequence s.
-  int64_t slot(size_t s, int64_t p) const {
-    const auto& bt = batch->seqs[s].block_table;
-    return static_cast<int64_t>(bt[p / block_size]) * block_size + p % block_size;
+  // `first_row`, `local_rows`: this rank's rows of the residual layout.
+  StepContext(const ForwardBatch& b, int64_t block_size, int64_t first_row, int64_t local_rows,
+              Allocator& alloc);
+  ops::PagedKeys pages() const {
+    return {.block_tables = &block_tables,
+            .token_seq = &token_seq,
+            .block_size = block_size,
+            .max_keys = max_keys};
   }
-  // Rows of this sequence's new tokens in a [N, ...] tensor.
-  Tensor seq_rows(size_t s, const Tensor& x) const {
-    return x.narrow(0, seq_start[s], batch->seqs[s].num_new);
-  }
+  // i32 elements of the step's index buffer, block tables apart (the memory footprint mirrors
+  // it).
+  static int64_t index_elems(const ForwardBatch& b, int64_t local_rows);
 };
 
 }  // namespace mls

@@ -1,25 +1,33 @@
-// Tiled softmax attention for one sequence: scores are produced one query row at a time, so no
-// [heads × T × S] tensor ever exists. Covers both MLA formulations:
+// Tiled softmax attention for every query row of a step: scores are produced one query row (or
+// tile) at a time, so no [heads × T × S] tensor ever exists. Covers both MLA formulations:
 //   expanded:  q [T, H, Dk], k [S, H, Dk], v [S, H, Dv]
 //   absorbed:  q [T, H, Dk], k [rows, 1, Dk], v [rows, 1, Dv]   (one latent "head")
-// Keys are the sequence's positions 0..S-1. Position j lives in row j of k and v, or, with a
-// block table (paged cache), in row block_table[j / block_size] · block_size + j % block_size,
-// so attention reads the cache in place and needs no memory proportional to the context.
-// Query t may attend to key j iff j <= q_pos[t] and, with `allowed` [T, K] i32 (−1 = unused
-// slot), j is listed in row t.
+// Query t attends to key positions j <= q_pos[t] of its own sequence (and, with `allowed`
+// [T, K] i32 (−1 = unused slot), only to the positions listed in row t). Key position j of
+// query t lives in row j of k and v, or with paged keys in row
+// block_tables[token_seq[t], j / block_size] · block_size + j % block_size, so attention reads
+// the cache in place and needs no memory proportional to the context. All tensors, including
+// the paging tables, live on the output's device.
 #pragma once
 
 #include "ops/dispatch.h"
 
 namespace mls::ops {
 
+// Paged addressing for a whole step. Unset (block_tables null): key j is row j.
+struct PagedKeys {
+  const Tensor* block_tables = nullptr;  // i32 [num_seqs, max_blocks]
+  const Tensor* token_seq = nullptr;     // i32 [T]: each query row's sequence
+  int64_t block_size = 0;
+  // Host-known bound on any query's key count (and indexer row length), for sizing launches and
+  // scratch without reading the device; 0 with unpaged keys (k.dim(0) then).
+  int64_t max_keys = 0;
+};
+
 struct AttentionArgs {
   float scale = 1.0f;
-  const Tensor* allowed = nullptr;  // optional sparse index lists
-  // Paged key addressing (optional): the sequence's block table and its number of keys S.
-  const int32_t* block_table = nullptr;
-  int64_t block_size = 0;
-  int64_t num_keys = 0;
+  const Tensor* allowed = nullptr;  // optional sparse index lists [T, K]
+  PagedKeys pages;
 };
 
 namespace cpu {
@@ -34,6 +42,23 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 inline void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
                       const AttentionArgs& args, Tensor& out) {
   MLS_DISPATCH(out, attention, q, k, v, q_pos, args, out);
+}
+
+#ifdef MLASERVE_CUDA
+namespace cuda {
+int64_t attention_scratch_bytes(int64_t T, int64_t H, int64_t Dk, int64_t Dv, int64_t max_keys);
+}
+#endif
+// Bytes of device scratch one dense absorbed-MLA attention call (one latent head, v the first
+// Dv columns of k) over T query rows takes from the allocator (the memory planner's analytic
+// twin counts them); the CPU takes none.
+inline int64_t attention_scratch_bytes(Device device, int64_t T, int64_t H, int64_t Dk, int64_t Dv,
+                                       int64_t max_keys) {
+#ifdef MLASERVE_CUDA
+  if (!device.is_cpu()) return cuda::attention_scratch_bytes(T, H, Dk, Dv, max_keys);
+#endif
+  (void)device, (void)T, (void)H, (void)Dk, (void)Dv, (void)max_keys;
+  return 0;
 }
 
 }  // namespace mls::ops

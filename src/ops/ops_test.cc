@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/attention.h"
+#include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/indexer_topk.h"
 #include "ops/linear.h"
@@ -141,7 +142,7 @@ TEST(Attention, CausalAndSparseMatchNaive) {
   const std::vector<int32_t> al = {0, -1, 0, 1, 2, 0, 3, 1, 4, 2};
   std::copy(al.begin(), al.end(), allowed.data<int32_t>());
   for (bool sparse : {false, true}) {
-    AttentionArgs args{0.7f, sparse ? &allowed : nullptr};
+    AttentionArgs args{0.7f, sparse ? &allowed : nullptr, {}};
     attention(q, k, v, pos, args, out);
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < H; ++h) {
@@ -182,8 +183,13 @@ TEST(Attention, PagedKeysReadTheCacheInPlace) {
   }
   Tensor want = Tensor::empty({T, 2, 2}, DType::kF32, MemTag::kActivation);
   Tensor got = Tensor::empty({T, 2, 2}, DType::kF32, MemTag::kActivation);
-  attention(q, k, v, ids({0, 1, 2, 3, 4}), {0.5f}, want);
-  AttentionArgs paged{.scale = 0.5f, .block_table = table.data(), .block_size = 2, .num_keys = T};
+  attention(q, k, v, ids({0, 1, 2, 3, 4}), {0.5f, nullptr, {}}, want);
+  Tensor tables = ids(table).view({1, 3});
+  Tensor seq = ids({0, 0, 0, 0, 0});
+  AttentionArgs paged{
+      .scale = 0.5f,
+      .allowed = nullptr,
+      .pages = {.block_tables = &tables, .token_seq = &seq, .block_size = 2, .max_keys = T}};
   attention(q, kc, vc, ids({0, 1, 2, 3, 4}), paged, got);
   for (int i = 0; i < got.numel(); ++i) EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]);
 }
@@ -191,10 +197,10 @@ TEST(Attention, PagedKeysReadTheCacheInPlace) {
 TEST(Attention, SharedLatentHeadBroadcasts) {
   Tensor q = random({2, 3, 4}, 6), k = random({2, 1, 4}, 7), v = random({2, 1, 2}, 8);
   Tensor out = Tensor::empty({2, 3, 2}, DType::kF32, MemTag::kActivation);
-  attention(q, k, v, ids({0, 1}), {1.0f, nullptr}, out);
+  attention(q, k, v, ids({0, 1}), {1.0f, nullptr, {}}, out);
   // Row 0 sees only key 0: the output is v[0] for every head.
   for (int h = 0; h < 3; ++h) EXPECT_NEAR(out.data<float>()[h * 2], v.data<float>()[0], 1e-6);
-  EXPECT_THROW(attention(q, k, v, ids({0, 2}), {1.0f, nullptr}, out), ShapeError);
+  EXPECT_THROW(attention(q, k, v, ids({0, 2}), {1.0f, nullptr, {}}, out), ShapeError);
 }
 
 struct Routed {
@@ -263,7 +269,7 @@ TEST(IndexerTopk, CausalRowsAndShortRows) {
   Tensor k = filled({T, D}, {1, 0, 3, 0, 2, 0, -1, 0});
   Tensor w = filled({T, H}, {1, 1, 1, 1});
   Tensor chosen = Tensor::empty({T, 2}, DType::kI32, MemTag::kActivation);
-  indexer_topk(q, k, w, ids({0, 1, 2, 3}), 4, 1.0f, {}, chosen);
+  indexer_topk(q, k, w, ids({0, 1, 2, 3}), ids({4, 4, 4, 4}), 1.0f, {}, chosen);
   const int32_t* c = chosen.data<int32_t>();
   EXPECT_EQ(c[0], 0);  // one valid key: it, and the masked slot reads -1
   EXPECT_EQ(c[1], -1);
@@ -294,6 +300,112 @@ TEST(Dispatch, MetaOutputsSkipCompute) {
   Tensor x = random({2, 3}, 9), w = random({2, 3}, 10);
   EXPECT_NO_THROW(linear(x, w, y));
   EXPECT_EQ(meta.stats().pk(MemTag::kActivation), 16);
+}
+
+TEST(Copy, StridedTransposeAndDtypeConversion) {
+  Tensor a = random({3, 4}, 21);
+  Tensor t = Tensor::empty({4, 3}, DType::kF32, MemTag::kActivation);
+  copy(a.transpose(0, 1), t);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(t.data<float>()[j * 3 + i], a.data<float>()[i * 4 + j]);
+  Tensor b = Tensor::empty({3, 4}, DType::kBF16, MemTag::kActivation);
+  copy(a, b);
+  Tensor back = Tensor::empty({3, 4}, DType::kF32, MemTag::kActivation);
+  copy(b, back);
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(back.data<float>()[i], bf16_to_f32(f32_to_bf16(a.data<float>()[i])));
+  Tensor wrong = Tensor::empty({4, 4}, DType::kF32, MemTag::kActivation);
+  EXPECT_THROW(copy(a, wrong), ShapeError);
+}
+
+TEST(Copy, ScatterAndGatherRows) {
+  Tensor src = filled({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor cache = Tensor::zeros({4, 3}, DType::kF32, MemTag::kActivation);
+  scatter_rows(src, ids({3, 1}), cache);
+  EXPECT_EQ(cache.data<float>()[9], 1);
+  EXPECT_EQ(cache.data<float>()[3], 4);
+  EXPECT_EQ(cache.data<float>()[0], 0);
+  Tensor out = Tensor::empty({3, 3}, DType::kF32, MemTag::kActivation);
+  gather_rows(cache, ids({1, -1, 3}), out);
+  EXPECT_EQ(out.data<float>()[0], 4);
+  EXPECT_EQ(out.data<float>()[3], 0);  // −1 gathers zeros
+  EXPECT_EQ(out.data<float>()[8], 3);
+  EXPECT_THROW(scatter_rows(src, ids({9, 0}), cache), ShapeError);
+}
+
+TEST(Linear, BatchedOverHeadStridedWeights) {
+  // W_UV-style: per head the rows [dn, dn + dv) of a [heads, dn + dv, r] matrix.
+  const int T = 3, B = 2, in = 4, dn = 2, dv = 3;
+  Tensor x = random({T, B, in}, 31);
+  Tensor kvb = random({B * (dn + dv), in}, 32);
+  const Tensor w = kvb.view({B, dn + dv, in}).narrow(1, dn, dv);
+  Tensor y = Tensor::empty({T, B, dv}, DType::kF32, MemTag::kActivation);
+  linear_batched(x, w, y);
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < B; ++b)
+      for (int o = 0; o < dv; ++o) {
+        double want = 0;
+        for (int i = 0; i < in; ++i)
+          want += x.data<float>()[(t * B + b) * in + i] *
+                  kvb.data<float>()[(b * (dn + dv) + dn + o) * in + i];
+        EXPECT_NEAR(y.data<float>()[(t * B + b) * dv + o], want, 1e-5);
+      }
+}
+
+TEST(Norm, AddRmsNormEqualsAddThenNorm) {
+  Tensor x = random({3, 8}, 41), d = random({3, 8}, 42), w = random({8}, 43);
+  Tensor x2 = Tensor::empty({3, 8}, DType::kF32, MemTag::kActivation);
+  copy(x, x2);
+  Tensor y = Tensor::empty({3, 8}, DType::kF32, MemTag::kActivation);
+  Tensor y2 = Tensor::empty({3, 8}, DType::kF32, MemTag::kActivation);
+  add_rms_norm(x, d, w, 1e-6f, y);
+  add(x2, d, x2);
+  rms_norm(x2, w, 1e-6f, y2);
+  for (int i = 0; i < 24; ++i) {
+    EXPECT_EQ(x.data<float>()[i], x2.data<float>()[i]);
+    EXPECT_EQ(y.data<float>()[i], y2.data<float>()[i]);
+  }
+}
+
+TEST(Elementwise, FillUniformIndexesTheFullTensor) {
+  // A column shard sees exactly the full tensor's values at its columns.
+  Tensor full = Tensor::empty({3, 8}, DType::kF32, MemTag::kActivation);
+  Tensor part = Tensor::empty({3, 4}, DType::kF32, MemTag::kActivation);
+  fill_uniform(full,
+               {.seed = 5, .bound = 0.5f, .offset = 0.0f, .row0 = 0, .col0 = 0, .full_cols = 8});
+  fill_uniform(part,
+               {.seed = 5, .bound = 0.5f, .offset = 0.0f, .row0 = 0, .col0 = 4, .full_cols = 8});
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_EQ(part.data<float>()[r * 4 + c], full.data<float>()[r * 8 + 4 + c]);
+      EXPECT_LE(std::abs(part.data<float>()[r * 4 + c]), 0.5f);
+    }
+}
+
+TEST(MoeRouting, AlignIsStableAndUnpermuteWeighs) {
+  // Tokens 0..2 with two experts each out of 3.
+  Tensor ids3 = ids({2, 0, 0, 1, 2, 1}).view({3, 2});
+  Tensor src = Tensor::empty({6}, DType::kI32, MemTag::kActivation);
+  Tensor dest = Tensor::empty({3, 2}, DType::kI32, MemTag::kActivation);
+  Tensor off = Tensor::empty({4}, DType::kI32, MemTag::kActivation);
+  moe_align(ids3, 3, src, dest, off);
+  EXPECT_EQ(std::vector<int32_t>(off.data<int32_t>(), off.data<int32_t>() + 4),
+            (std::vector<int32_t>{0, 2, 4, 6}));
+  EXPECT_EQ(std::vector<int32_t>(src.data<int32_t>(), src.data<int32_t>() + 6),
+            (std::vector<int32_t>{0, 1, 1, 2, 0, 2}));
+  EXPECT_EQ(std::vector<int32_t>(dest.data<int32_t>(), dest.data<int32_t>() + 6),
+            (std::vector<int32_t>{4, 0, 1, 2, 5, 3}));
+  // Identity experts: out[t] = Σ_i w[t, i] · x[t].
+  Tensor x = random({3, 2}, 51);
+  Tensor y = Tensor::empty({6, 2}, DType::kF32, MemTag::kActivation);
+  gather_rows(x, src, y);
+  Tensor w = filled({3, 2}, {0.25f, 0.75f, 1, 1, 0.5f, 0});
+  Tensor out = Tensor::empty({3, 2}, DType::kF32, MemTag::kActivation);
+  moe_unpermute(y, dest, w, out);
+  const float sum[3] = {1.0f, 2.0f, 0.5f};
+  for (int t = 0; t < 3; ++t)
+    for (int d = 0; d < 2; ++d)
+      EXPECT_FLOAT_EQ(out.data<float>()[t * 2 + d], sum[t] * x.data<float>()[t * 2 + d]);
 }
 
 }  // namespace

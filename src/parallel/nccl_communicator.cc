@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "core/cuda_context.h"
 #include "core/error.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/precision_cast_gpu.h"
@@ -53,12 +54,13 @@ class NcclCommunicator final : public Communicator {
     if (size_ == 1 || meta(x)) return;
     const int64_t n = x.numel();
     if (x.dtype() == DType::kF32) {
-      check_nccl(ncclAllReduce(x.raw(), x.raw(), n, ncclFloat32, ncclSum, comm_, stream_),
+      check_nccl(ncclAllReduce(x.raw(), x.raw(), n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclAllReduce");
     } else {
       float* acc = scratch(n);
       widen(x, acc, n);
-      check_nccl(ncclAllReduce(acc, acc, n, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+      check_nccl(ncclAllReduce(acc, acc, n, ncclFloat32, ncclSum, comm_, stream()),
+                 "ncclAllReduce");
       narrow(acc, x, n);
     }
     sync();
@@ -69,7 +71,7 @@ class NcclCommunicator final : public Communicator {
     if (out.numel() != in.numel() * size_ || in.dtype() != out.dtype())
       raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size_, out.str());
     check_nccl(
-        ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, stream_),
+        ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, stream()),
         "ncclAllGather");
     sync();
   }
@@ -80,12 +82,12 @@ class NcclCommunicator final : public Communicator {
       raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size_, out.str());
     const int64_t n = out.numel();
     if (in.dtype() == DType::kF32) {
-      check_nccl(ncclReduceScatter(in.raw(), out.raw(), n, ncclFloat32, ncclSum, comm_, stream_),
+      check_nccl(ncclReduceScatter(in.raw(), out.raw(), n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclReduceScatter");
     } else {
       float* acc = scratch(n * (size_ + 1));
       widen(in, acc, n * size_);
-      check_nccl(ncclReduceScatter(acc, acc + n * size_, n, ncclFloat32, ncclSum, comm_, stream_),
+      check_nccl(ncclReduceScatter(acc, acc + n * size_, n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclReduceScatter");
       narrow(acc + n * size_, out, n);
     }
@@ -94,15 +96,15 @@ class NcclCommunicator final : public Communicator {
 
   void broadcast(Tensor& x, int root) override {
     if (size_ == 1 || meta(x)) return;
-    check_nccl(ncclBroadcast(x.raw(), x.raw(), x.nbytes(), ncclUint8, root, comm_, stream_),
+    check_nccl(ncclBroadcast(x.raw(), x.raw(), x.nbytes(), ncclUint8, root, comm_, stream()),
                "ncclBroadcast");
     sync();
   }
 
   void barrier() override {
     float* one = scratch(1);
-    check_nccl(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
-    sync();
+    check_nccl(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream()), "barrier");
+    check_cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
   }
 
  private:
@@ -117,16 +119,23 @@ class NcclCommunicator final : public Communicator {
   void widen(const Tensor& x, float* out, int64_t n) {
     if (x.dtype() != DType::kBF16 && x.dtype() != DType::kF16)
       raise<ShapeError>("NCCL reductions take float tensors, got {}", x.str());
-    widen_to_f32(x.raw(), x.dtype() == DType::kBF16, out, n, stream_);
+    widen_to_f32(x.raw(), x.dtype() == DType::kBF16, out, n, stream());
   }
 
   void narrow(const float* in, Tensor& x, int64_t n) {
-    narrow_from_f32(in, x.raw(), x.dtype() == DType::kBF16, n, stream_);
+    narrow_from_f32(in, x.raw(), x.dtype() == DType::kBF16, n, stream());
   }
 
-  // The engine reads results on the host right after a collective; ordering with the compute
-  // stream becomes an event dependency once the CUDA backend owns streams.
-  void sync() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  // A rank thread bound to this device (the model runner's) enqueues collectives on its compute
+  // stream: ordered with the kernels around them, no host wait. Other callers (tools, tests)
+  // get the communicator's own stream.
+  cudaStream_t stream() const { return cuda::bound_device() == device_ ? cuda::stream() : stream_; }
+  // Results are ready for the caller: nothing to do on the compute stream (later work is
+  // ordered after the collective); on the own stream, wait for it.
+  void sync() {
+    if (cuda::bound_device() != device_)
+      check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
 
   ncclComm_t comm_;
   int rank_, size_, device_;

@@ -54,7 +54,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   }
   Tensor prefill(const std::vector<int32_t>& ids, const ForwardObserver& obs = nullptr) {
     KvCache kv = KvCache::allocate(model_->config(), 1, static_cast<int64_t>(ids.size()),
-                                   model_->allocator());
+                                   DType::kF32, model_->allocator());
     ForwardBatch b;
     b.token_ids = ids;
     b.seqs.push_back({.num_cached = 0,

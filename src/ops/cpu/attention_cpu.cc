@@ -5,14 +5,15 @@
 
 #include "core/thread_pool.h"
 #include "ops/attention.h"
+#include "ops/cpu/paged_keys.h"
 
 namespace mls::ops::cpu {
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
                const AttentionArgs& args, Tensor& out) {
   const int64_t T = q.dim(0), H = q.dim(1), Dk = q.dim(2);
-  const bool paged = args.block_table != nullptr;
-  const int64_t S = paged ? args.num_keys : k.dim(0), Hk = k.dim(1), Dv = v.dim(2);
+  const PagedKeys& pg = args.pages;
+  const int64_t Hk = k.dim(1), Dv = v.dim(2);
   if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3 || out.ndim() != 3 || k.dim(2) != Dk ||
       v.dim(0) != k.dim(0) || v.dim(1) != Hk || (Hk != 1 && Hk != H) || out.dim(0) != T ||
       out.dim(1) != H || out.dim(2) != Dv || q_pos.numel() != T || q.stride(2) != 1 ||
@@ -23,15 +24,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   if (allowed && (allowed->ndim() != 2 || allowed->dim(0) != T || !allowed->is_contiguous()))
     raise<ShapeError>("attention: allowed {} must be [{}, K]", allowed->str(), T);
   const int32_t* pos = q_pos.data<int32_t>();
-  for (int64_t t = 0; t < T; ++t)
-    if (pos[t] < 0 || pos[t] >= S)
-      raise<ShapeError>("attention: query position {} outside the {} keys", pos[t], S);
+  check_key_range("attention", q_pos, pg, k.dim(0));
 
-  auto row = [&](int32_t j) -> int64_t {
-    return paged ? static_cast<int64_t>(args.block_table[j / args.block_size]) * args.block_size +
-                       j % args.block_size
-                 : j;
-  };
+  auto row = [&](int64_t t, int32_t j) { return key_row(pg, t, j); };
   ThreadPool::global().parallel_for(T * H, 4, [&](int64_t b, int64_t e) {
     std::vector<int32_t> keys;
     std::vector<float> p;
@@ -52,7 +47,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       p.resize(keys.size());
       float m = -std::numeric_limits<float>::infinity();
       for (size_t i = 0; i < keys.size(); ++i) {
-        const float* kr = k.data<float>() + row(keys[i]) * k.stride(0) + hk * k.stride(1);
+        const float* kr = k.data<float>() + row(t, keys[i]) * k.stride(0) + hk * k.stride(1);
         float s = 0;
         for (int64_t d = 0; d < Dk; ++d) s += qr[d] * kr[d];
         p[i] = s * args.scale;
@@ -65,7 +60,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       }
       std::fill(acc.begin(), acc.end(), 0.0);
       for (size_t i = 0; i < keys.size(); ++i) {
-        const float* vr = v.data<float>() + row(keys[i]) * v.stride(0) + hk * v.stride(1);
+        const float* vr = v.data<float>() + row(t, keys[i]) * v.stride(0) + hk * v.stride(1);
         const float w = p[i] / sum;
         for (int64_t d = 0; d < Dv; ++d) acc[d] += static_cast<double>(w) * vr[d];
       }

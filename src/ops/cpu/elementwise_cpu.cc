@@ -1,6 +1,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/thread_pool.h"
 #include "ops/elementwise.h"
 
 namespace mls::ops::cpu {
@@ -45,6 +46,33 @@ void embedding(const Tensor& table, const Tensor& ids, int64_t vocab_start, Tens
     else
       std::memset(o, 0, H * sizeof(float));
   }
+}
+
+void scale(const Tensor& a, float alpha, Tensor& out) {
+  check_same("scale", a, a, out);
+  for (int64_t t = 0; t < a.dim(0); ++t) {
+    const float* x = a.data<float>() + t * a.stride(0);
+    float* o = out.data<float>() + t * out.stride(0);
+    for (int64_t i = 0; i < a.dim(1); ++i) o[i] = alpha * x[i];
+  }
+}
+
+void fill_uniform(Tensor& out, const UniformFill& f) {
+  if (out.ndim() > 2 || !out.is_contiguous() || out.dtype() != DType::kF32)
+    raise<ShapeError>("fill_uniform: {} must be contiguous f32 of at most 2 dims", out.str());
+  const int64_t cols = out.ndim() == 2 ? out.dim(1) : 1;
+  float* o = out.data<float>();
+  ThreadPool::global().parallel_for(out.numel(), 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t r = i / cols + f.row0, c = i % cols + f.col0;
+      uint64_t z = f.seed + static_cast<uint64_t>(r * f.full_cols + c) * 0x9e3779b97f4a7c15ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
+      o[i] = f.offset + f.bound * u;
+    }
+  });
 }
 
 }  // namespace mls::ops::cpu

@@ -20,4 +20,15 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
               static_cast<int>(y.stride(0)));
 }
 
+void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
+  if (x.ndim() != 3 || w.ndim() != 3 || y.ndim() != 3 || x.dim(1) != w.dim(0) ||
+      y.dim(1) != w.dim(0) || x.dim(0) != y.dim(0))
+    raise<ShapeError>("linear_batched: x {} · W {}ᵀ -> y {} does not fit", x.str(), w.str(),
+                      y.str());
+  for (int64_t b = 0; b < w.dim(0); ++b) {
+    Tensor yb = y.select(1, b);
+    linear(x.select(1, b), w.select(0, b), yb, false);
+  }
+}
+
 }  // namespace mls::ops::cpu

@@ -63,4 +63,45 @@ void moe_route(const Tensor& logits, const Tensor& bias, const RoutingArgs& a, T
   }
 }
 
+void moe_align(const Tensor& ids, int64_t num_experts, Tensor& src_token, Tensor& dest_row,
+               Tensor& offsets) {
+  const int64_t T = ids.dim(0), K = ids.ndim() == 2 ? ids.dim(1) : 0;
+  if (ids.ndim() != 2 || !ids.is_contiguous() || src_token.numel() != T * K ||
+      !(dest_row.shape() == ids.shape()) || offsets.numel() != num_experts + 1)
+    raise<ShapeError>("moe_align: ids {} src_token {} dest_row {} offsets {} for {} experts",
+                      ids.str(), src_token.str(), dest_row.str(), offsets.str(), num_experts);
+  const int32_t* id = ids.data<int32_t>();
+  int32_t* off = offsets.data<int32_t>();
+  std::fill(off, off + num_experts + 1, 0);
+  for (int64_t i = 0; i < T * K; ++i) {
+    if (id[i] < 0 || id[i] >= num_experts)
+      raise<ShapeError>("moe_align: expert id {} outside {} experts", id[i], num_experts);
+    ++off[id[i] + 1];
+  }
+  for (int64_t e = 0; e < num_experts; ++e) off[e + 1] += off[e];
+  std::vector<int32_t> next(off, off + num_experts);
+  for (int64_t i = 0; i < T * K; ++i) {  // (token, slot) order: stable within an expert
+    const int32_t r = next[id[i]]++;
+    src_token.data<int32_t>()[r] = static_cast<int32_t>(i / K);
+    dest_row.data<int32_t>()[i] = r;
+  }
+}
+
+void moe_unpermute(const Tensor& y, const Tensor& dest_row, const Tensor& weights, Tensor& out) {
+  const int64_t T = out.dim(0), H = out.dim(1), K = dest_row.dim(1);
+  if (out.ndim() != 2 || y.ndim() != 2 || y.dim(1) != H || dest_row.dim(0) != T ||
+      !(weights.shape() == dest_row.shape()) || y.stride(1) != 1 || out.stride(1) != 1)
+    raise<ShapeError>("moe_unpermute: y {} dest_row {} weights {} out {} do not fit", y.str(),
+                      dest_row.str(), weights.str(), out.str());
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out.data<float>() + t * out.stride(0);
+    std::fill(o, o + H, 0.0f);
+    for (int64_t i = 0; i < K; ++i) {
+      const float wt = weights.data<float>()[t * K + i];
+      const float* src = y.data<float>() + dest_row.data<int32_t>()[t * K + i] * y.stride(0);
+      for (int64_t d = 0; d < H; ++d) o[d] += wt * src[d];
+    }
+  }
+}
+
 }  // namespace mls::ops::cpu

@@ -49,4 +49,15 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Te
   });
 }
 
+void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) {
+  check_rows("add_rms_norm", x, w, y);
+  check_rows("add_rms_norm", delta, w, x);
+  for (int64_t t = 0; t < x.dim(0); ++t) {
+    float* xr = x.data<float>() + t * x.stride(0);
+    const float* dr = delta.data<float>() + t * delta.stride(0);
+    for (int64_t i = 0; i < x.dim(1); ++i) xr[i] += dr[i];
+  }
+  rms_norm(x, w, eps, y);
+}
+
 }  // namespace mls::ops::cpu

@@ -1,0 +1,116 @@
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "ops/sampling.h"
+
+namespace mls::ops::cpu {
+namespace {
+
+// The integer mass of a relative probability (sampling.h step 4); sampling_kernels.cu computes
+// it the same way.
+uint64_t mass(float q) {
+  return static_cast<uint64_t>(static_cast<double>(q) * 0x1p45);
+}
+
+// floor(r · total / 2^53) with u = r · 2^-53, r < 2^53: always below total.
+uint64_t draw_target(double uniform, uint64_t total) {
+  const double scaled = std::clamp(uniform * 0x1p53, 0.0, 0x1p53 - 1);
+  const auto r = static_cast<uint64_t>(scaled);
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(r) * total) >> 53);
+}
+
+}  // namespace
+
+double log_sum_exp(std::span<const float> logits) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+  return mx + std::log(sum);
+}
+
+int32_t sample_row(std::span<const float> logits, const RowSampling& p, SampleScratch& s) {
+  const auto V = static_cast<int64_t>(logits.size());
+  if (V == 0 || V > kSampleMaxVocab)
+    raise<Unsupported>("sample_row: a vocabulary of {} (1..{} supported)", V, kSampleMaxVocab);
+  const auto best =
+      static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (p.temperature <= 0) return best;
+  const auto inv_t = static_cast<float>(1.0 / p.temperature);
+  const double mx = logits[best];
+  const auto min_p = static_cast<float>(p.min_p);
+  s.q.resize(V);
+  s.order.clear();
+  for (int64_t i = 0; i < V; ++i) {
+    const auto q = static_cast<float>(std::exp((static_cast<double>(logits[i]) - mx) * inv_t));
+    s.q[i] = q;
+    if (q > 0.0f && q >= min_p) s.order.push_back(static_cast<int32_t>(i));
+  }
+  if (s.order.empty()) return best;  // no finite logits
+  const bool top_k = p.top_k > 0 && p.top_k < static_cast<int64_t>(s.order.size());
+  if (top_k || p.top_p < 1.0) {
+    // Descending q, ties to the lower id: the Sampler's stable sort of ascending ids.
+    const auto before = [&](int32_t a, int32_t b) {
+      return s.q[a] > s.q[b] || (s.q[a] == s.q[b] && a < b);
+    };
+    if (top_k) {
+      std::partial_sort(s.order.begin(), s.order.begin() + p.top_k, s.order.end(), before);
+      s.order.resize(p.top_k);
+    } else {
+      std::sort(s.order.begin(), s.order.end(), before);
+    }
+  }
+  uint64_t total = 0;
+  for (int32_t i : s.order) total += mass(s.q[i]);
+  if (p.top_p < 1.0) {
+    // Keep a token while the mass ranked above it is below top_p (at least one survives).
+    const double bound = p.top_p * static_cast<double>(total);
+    uint64_t above = 0;
+    size_t keep = 0;
+    while (keep < s.order.size() && static_cast<double>(above) < bound)
+      above += mass(s.q[s.order[keep++]]);
+    s.order.resize(keep);
+    total = above;
+  }
+  const uint64_t target = draw_target(p.uniform, total);
+  uint64_t acc = 0;
+  for (int32_t i : s.order) {
+    acc += mass(s.q[i]);
+    if (target < acc) return i;
+  }
+  return s.order.back();
+}
+
+void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor& ids,
+                 Tensor& logprobs) {
+  const auto R = static_cast<int64_t>(rows.size());
+  if (logits.ndim() != 2 || logits.dim(0) != R || logits.stride(1) != 1 || ids.ndim() != 1 ||
+      ids.dim(0) != R || logprobs.ndim() != 1 || logprobs.dim(0) != R)
+    raise<ShapeError>("sample_rows: logits {} ids {} logprobs {} for {} rows", logits.str(),
+                      ids.str(), logprobs.str(), R);
+  if (logits.dtype() != DType::kF32 || ids.dtype() != DType::kI32 ||
+      logprobs.dtype() != DType::kF32)
+    raise<ShapeError>("sample_rows: logits {} and logprobs {} must be f32, ids {} i32",
+                      logits.str(), logprobs.str(), ids.str());
+  if (!logits.device().is_cpu() || !logprobs.device().is_cpu())
+    raise<ShapeError>("sample_rows: logits on {}, logprobs on {}: the CPU op needs host memory",
+                      logits.device().str(), logprobs.device().str());
+  const int64_t V = logits.dim(1);
+  if (R == 0) return;
+  if (V == 0 || V > kSampleMaxVocab)
+    raise<Unsupported>("sample_rows: a vocabulary of {} (1..{} supported)", V, kSampleMaxVocab);
+  ThreadPool::global().parallel_for(R, 1, [&](int64_t b, int64_t e) {
+    SampleScratch s;
+    for (int64_t r = b; r < e; ++r) {
+      const std::span<const float> row(logits.data<float>() + r * logits.stride(0),
+                                       static_cast<size_t>(V));
+      const int32_t token = sample_row(row, rows[r], s);
+      ids.data<int32_t>()[r * ids.stride(0)] = token;
+      logprobs.data<float>()[r * logprobs.stride(0)] =
+          static_cast<float>(static_cast<double>(row[token]) - log_sum_exp(row));
+    }
+  });
+}
+
+}  // namespace mls::ops::cpu

@@ -1,0 +1,551 @@
+// The CUDA attention and DSA indexer selection against the CPU ops on the same bf16-rounded
+// inputs: decode batches over paged caches (block sizes 1, 16, 64 with shuffled block tables),
+// causal prefill, mixed batches, sparse lists, the GLM-5 latent shape (H = 64, Dk = 576, v = the
+// first 512 columns of k), other head counts, odd shapes and the expanded (Hk == H) form.
+//
+// Attention tolerance: the GPU output is stored in bf16 (half an ulp, 2^-9 relative, per
+// element: a relative L2 error of about 2^-9/√3 ≈ 1.1e-3 for uniformly spread rounding) and the
+// probabilities enter the P·V product in bf16 (2^-9 relative per weight, averaging out over many
+// keys); fp32 accumulation in another order adds ~1e-6. Each query row (H × Dv values) must be
+// within 5e-3 relative L2 of the CPU result, 2× the worst expected; a wrongly masked or missing
+// key moves a row by ≥ 1/(number of keys) of its weight, which the smaller contexts and the
+// peaked softmax (q scaled up) make visible.
+//
+// Indexer: with integer-valued inputs and a power-of-two scale every score is exact in fp32 on
+// both sides, so the chosen sets must agree except among keys whose score equals the k-th
+// score (the CPU follows torch's tie order, the GPU prefers lower indices). With normal inputs,
+// scores differ by fp32 rounding (~1e-6 relative), so keys within 1e-4·rms of the k-th score
+// may swap.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "ops/attention.h"
+#include "ops/cuda/test_util.h"
+#include "ops/indexer_topk.h"
+
+namespace mls::ops::test {
+namespace {
+
+constexpr DType kBF = DType::kBF16;
+constexpr DType kI32 = DType::kI32;
+constexpr double kAttentionTol = 5e-3;
+
+Tensor host_ints(const std::vector<int32_t>& v, int64_t rows, int64_t cols) {
+  return ints_cpu(v).view({rows, cols});
+}
+
+// Normal values rounded to bf16 on the host: what the GPU reads, exactly.
+Tensor bf16_values(const Shape& s, uint32_t seed, float scale = 1.0f) {
+  Tensor t = random_cpu(s, seed, scale);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = bf16_to_f32(f32_to_bf16(t.data<float>()[i]));
+  return t;
+}
+
+// Integers in [-r, r] (exact in bf16).
+Tensor int_values(const Shape& s, uint32_t seed, int r) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> d(-r, r);
+  Tensor t = Tensor::empty(s, DType::kF32, MemTag::kActivation);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(d(g));
+  return t;
+}
+
+// A paged cache holding ctx[s] keys of each sequence s in shuffled blocks (with spare blocks of
+// unrelated data), or, with block_size 0, one unpaged sequence whose key j is row j.
+struct Cache {
+  int64_t block_size = 0, rows = 0, max_blocks = 0;
+  std::vector<int32_t> table;  // [num_seqs, max_blocks], −1 where unused
+  int64_t num_seqs = 0;
+
+  Cache(const std::vector<int64_t>& ctx, int64_t bs, uint32_t seed) : block_size(bs) {
+    num_seqs = static_cast<int64_t>(ctx.size());
+    if (bs == 0) {
+      rows = ctx.at(0) + 5;  // rows past the context must never be read
+      return;
+    }
+    std::vector<int64_t> blocks(ctx.size());
+    int64_t total = 0;
+    for (size_t s = 0; s < ctx.size(); ++s) {
+      blocks[s] = (ctx[s] + bs - 1) / bs;
+      total += blocks[s];
+      max_blocks = std::max(max_blocks, blocks[s] + 1);
+    }
+    const int64_t pool = total + 3;
+    rows = pool * bs;
+    std::vector<int32_t> ids(pool);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+    table.assign(num_seqs * max_blocks, -1);
+    int64_t next = 0;
+    for (int64_t s = 0; s < num_seqs; ++s)
+      for (int64_t b = 0; b < blocks[s]; ++b) table[s * max_blocks + b] = ids[next++];
+  }
+};
+
+// Paging tensors on the host and the device for one step.
+struct Pages {
+  Tensor bt_h, seq_h, bt_d, seq_d;
+  PagedKeys host, dev;
+
+  Pages(const Cache& c, const std::vector<int32_t>& seq, const std::vector<int32_t>& pos) {
+    if (c.block_size == 0) return;
+    bt_h = host_ints(c.table, c.num_seqs, c.max_blocks);
+    seq_h = ints_cpu(seq);
+    bt_d = to_gpu(bt_h, kI32);
+    seq_d = to_gpu(seq_h, kI32);
+    const int64_t max_keys = *std::max_element(pos.begin(), pos.end()) + 1;
+    host = PagedKeys{&bt_h, &seq_h, c.block_size, max_keys};
+    dev = PagedKeys{&bt_d, &seq_d, c.block_size, max_keys};
+  }
+};
+
+// ---------------------------------------------------------------- attention
+
+struct Query {
+  int32_t seq, pos;
+};
+
+struct AttnCase {
+  int64_t H = 64, Dk = 576, Dv = 512;
+  bool expanded = false;  // k [rows, H, Dk], v [rows, H, Dv]
+  bool v_in_k = true;     // latent: v = k narrowed to its first Dv columns
+  int64_t block_size = 16;
+  std::vector<int64_t> ctx;
+  std::vector<Query> queries;
+  int64_t sparse_k = 0;  // > 0: allowed lists of this width
+  float q_scale = 1.5f;
+  bool strided_q = false;
+  uint32_t seed = 1;
+};
+
+// Each query's allowed list: distinct visible positions (at most ~70% of the list), −1s, and
+// positions past q_pos, shuffled; query 1 (if any) gets a list of only −1s and future keys.
+std::vector<int32_t> make_allowed(const AttnCase& c, std::mt19937& g) {
+  const int64_t T = static_cast<int64_t>(c.queries.size()), K = c.sparse_k;
+  std::vector<int32_t> all(T * K, -1);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t pos = c.queries[t].pos;
+    std::vector<int32_t> cand(pos + 1);
+    std::iota(cand.begin(), cand.end(), 0);
+    std::shuffle(cand.begin(), cand.end(), g);
+    const int64_t take = t == 1 ? 0 : std::min<int64_t>(pos + 1, K * 7 / 10);
+    std::vector<int32_t> row(cand.begin(), cand.begin() + take);
+    for (int64_t i = take; i < K; ++i)
+      row.push_back(i % 3 == 0 ? pos + 1 + static_cast<int32_t>(g() % 50) : -1);
+    std::shuffle(row.begin(), row.end(), g);
+    std::copy(row.begin(), row.end(), all.begin() + t * K);
+  }
+  return all;
+}
+
+// Runs the case on both devices; returns the worst per-query relative L2 error.
+double run_attention(const AttnCase& c) {
+  const int64_t T = static_cast<int64_t>(c.queries.size());
+  const Cache cache(c.ctx, c.block_size, c.seed);
+  std::vector<int32_t> pos, seq;
+  for (const Query& q : c.queries) {
+    pos.push_back(q.pos);
+    seq.push_back(q.seq);
+  }
+  const Pages pages(cache, seq, pos);
+  const int64_t Hk = c.expanded ? c.H : 1;
+  const int64_t q_cols = c.strided_q ? c.Dk + 64 : c.Dk;
+  const Tensor q_full = bf16_values({T, c.H, q_cols}, c.seed + 1, c.q_scale);
+  const Tensor k_h = bf16_values({cache.rows, Hk, c.Dk}, c.seed + 2);
+  const bool alias = c.v_in_k && !c.expanded;
+  const Tensor v_own = alias ? Tensor() : bf16_values({cache.rows, Hk, c.Dv}, c.seed + 3);
+  const Tensor q_pos_h = ints_cpu(pos);
+
+  std::mt19937 g(c.seed + 4);
+  Tensor allowed_h, allowed_d;
+  AttentionArgs args_h, args_d;
+  args_h.scale = args_d.scale = 1.0f / std::sqrt(static_cast<float>(c.Dk));
+  if (c.sparse_k > 0) {
+    allowed_h = host_ints(make_allowed(c, g), T, c.sparse_k);
+    allowed_d = to_gpu(allowed_h, kI32);
+    args_h.allowed = &allowed_h;
+    args_d.allowed = &allowed_d;
+  }
+  args_h.pages = pages.host;
+  args_d.pages = pages.dev;
+
+  Tensor ref = Tensor::empty({T, c.H, c.Dv}, DType::kF32, MemTag::kActivation);
+  const Tensor q_h = q_full.narrow(2, 0, c.Dk);
+  const Tensor v_h = alias ? k_h.narrow(2, 0, c.Dv) : v_own;
+  cpu::attention(q_h, k_h, v_h, q_pos_h, args_h, ref);
+
+  const Tensor q_d = to_gpu(q_full, kBF).narrow(2, 0, c.Dk);
+  const Tensor k_d = to_gpu(k_h, kBF);
+  const Tensor v_d = alias ? k_d.narrow(2, 0, c.Dv) : to_gpu(v_own, kBF);
+  const Tensor q_pos_d = to_gpu(q_pos_h, kI32);
+  Tensor out_d = Tensor::empty({T, c.H, c.Dv}, kBF, MemTag::kActivation, gpu());
+  attention(q_d, k_d, v_d, q_pos_d, args_d, out_d);
+  const Tensor out = to_cpu(out_d);
+
+  double worst = 0;
+  const int64_t row = c.H * c.Dv;
+  for (int64_t t = 0; t < T; ++t) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < row; ++i) {
+      const double r = ref.data<float>()[t * row + i], o = out.data<float>()[t * row + i];
+      num += (o - r) * (o - r);
+      den += r * r;
+    }
+    // A query with no visible key attends to nothing: exactly zero on both sides.
+    const double err = den == 0 ? (num == 0 ? 0 : INFINITY) : std::sqrt(num / den);
+    EXPECT_LE(err, kAttentionTol) << "query " << t << " (seq " << seq[t] << ", pos " << pos[t]
+                                  << ")";
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+// One decode token per sequence, at the end of its context.
+std::vector<Query> decode_queries(const std::vector<int64_t>& ctx) {
+  std::vector<Query> q;
+  for (size_t s = 0; s < ctx.size(); ++s)
+    q.push_back({static_cast<int32_t>(s), static_cast<int32_t>(ctx[s] - 1)});
+  return q;
+}
+
+TEST(CudaAttention, DecodeGlm5LatentEveryBlockSize) {
+  MLS_REQUIRE_GPU();
+  for (int64_t bs : {1, 16, 64}) {
+    AttnCase c;
+    c.block_size = bs;
+    c.ctx = {1, 7, 300, 4096};
+    c.queries = decode_queries(c.ctx);
+    c.seed = static_cast<uint32_t>(10 + bs);
+    const double err = run_attention(c);
+    std::printf("decode bs=%ld: worst rel_l2 %.2e\n", static_cast<long>(bs), err);
+  }
+}
+
+TEST(CudaAttention, DecodeSingleTokenLongContext) {
+  MLS_REQUIRE_GPU();
+  // Batch 1 at 4k: the step is split across the GPU and merged by the combine kernel.
+  for (int64_t ctx : {1, 7, 300, 4096}) {
+    AttnCase c;
+    c.block_size = 64;
+    c.ctx = {ctx};
+    c.queries = decode_queries(c.ctx);
+    c.seed = static_cast<uint32_t>(ctx);
+    run_attention(c);
+  }
+}
+
+TEST(CudaAttention, DecodeEightSequences) {
+  MLS_REQUIRE_GPU();
+  AttnCase c;
+  c.block_size = 16;
+  c.ctx = {1, 2, 33, 64, 65, 129, 1000, 4096};
+  c.queries = decode_queries(c.ctx);
+  c.q_scale = 3.0f;  // peaked softmax
+  c.seed = 20;
+  run_attention(c);
+}
+
+TEST(CudaAttention, UnpagedKeysAreRows) {
+  MLS_REQUIRE_GPU();
+  AttnCase c;
+  c.block_size = 0;
+  c.ctx = {300};
+  c.queries = {{0, 0}, {0, 150}, {0, 299}};
+  c.seed = 30;
+  run_attention(c);
+}
+
+TEST(CudaAttention, PrefillCausal) {
+  MLS_REQUIRE_GPU();
+  AttnCase c;
+  c.block_size = 16;
+  c.ctx = {200};
+  for (int32_t p = 0; p < 200; ++p) c.queries.push_back({0, p});
+  c.seed = 40;
+  const double err = run_attention(c);
+  std::printf("prefill 200: worst rel_l2 %.2e\n", err);
+}
+
+TEST(CudaAttention, MixedBatch) {
+  MLS_REQUIRE_GPU();
+  AttnCase c;
+  c.block_size = 64;
+  c.ctx = {50, 1000, 21, 4096};
+  for (int32_t p = 45; p < 50; ++p) c.queries.push_back({0, p});
+  c.queries.push_back({1, 999});
+  for (int32_t p = 0; p < 21; ++p) c.queries.push_back({2, p});
+  for (int32_t p = 4090; p < 4096; ++p) c.queries.push_back({3, p});
+  c.seed = 50;
+  run_attention(c);
+}
+
+TEST(CudaAttention, SparseAllowedLists) {
+  MLS_REQUIRE_GPU();
+  {
+    // GLM-5 lists (2048 slots) over long contexts; query 1 has no usable entry.
+    AttnCase c;
+    c.block_size = 64;
+    c.ctx = {4096, 3000, 10, 2500};
+    c.queries = {{0, 4095}, {1, 2999}, {2, 9}, {3, 2000}};
+    c.sparse_k = 2048;
+    c.seed = 60;
+    const double err = run_attention(c);
+    std::printf("sparse 2048: worst rel_l2 %.2e\n", err);
+  }
+  {
+    // Short lists in a prefill-like step (several queries of one sequence).
+    AttnCase c;
+    c.block_size = 16;
+    c.ctx = {500};
+    for (int32_t p : {0, 3, 100, 250, 499}) c.queries.push_back({0, p});
+    c.sparse_k = 64;
+    c.seed = 61;
+    run_attention(c);
+  }
+}
+
+TEST(CudaAttention, OtherHeadCounts) {
+  MLS_REQUIRE_GPU();
+  // 8, 16 and 32 heads use the narrower CTA shapes; 128 heads two head groups of 64.
+  for (int64_t H : {8, 16, 32, 128}) {
+    AttnCase c;
+    c.H = H;
+    c.block_size = 16;
+    c.ctx = {5, 700};
+    c.queries = {{0, 4}, {1, 699}, {1, 300}};
+    c.seed = static_cast<uint32_t>(70 + H);
+    run_attention(c);
+  }
+}
+
+TEST(CudaAttention, StridedQueryView) {
+  MLS_REQUIRE_GPU();
+  AttnCase c;
+  c.strided_q = true;
+  c.block_size = 16;
+  c.ctx = {100, 33};
+  c.queries = {{0, 99}, {1, 32}, {0, 50}};
+  c.seed = 80;
+  run_attention(c);
+}
+
+TEST(CudaAttention, SmallOddShapes) {
+  MLS_REQUIRE_GPU();
+  struct Shape3 {
+    int64_t H, Dk, Dv;
+  };
+  // Dk = 40: 16-byte rows (cp.async path); Dk = 36, Dv = 20: element loads; separate v.
+  for (const Shape3 s : {Shape3{4, 40, 32}, Shape3{3, 36, 20}})
+    for (int64_t bs : {0, 1, 16})
+      for (int64_t sparse : {0, 8}) {
+        AttnCase c;
+        c.H = s.H;
+        c.Dk = s.Dk;
+        c.Dv = s.Dv;
+        c.v_in_k = false;
+        c.block_size = bs;
+        c.ctx = {bs == 0 ? 90 : 37};
+        if (bs != 0) c.ctx.push_back(90);
+        c.queries = {{0, 0}, {0, 20}, {0, 36}};
+        if (bs != 0) c.queries.push_back({1, 89});
+        c.sparse_k = sparse;
+        c.seed = static_cast<uint32_t>(90 + bs + sparse + s.Dk);
+        run_attention(c);
+      }
+}
+
+TEST(CudaAttention, ExpandedHeads) {
+  MLS_REQUIRE_GPU();
+  for (int64_t sparse : {0, 16}) {
+    AttnCase c;
+    c.expanded = true;
+    c.H = 4;
+    c.Dk = 48;
+    c.Dv = 32;
+    c.block_size = 16;
+    c.ctx = {70, 5};
+    c.queries = {{0, 0}, {0, 69}, {1, 4}, {0, 33}};
+    c.sparse_k = sparse;
+    c.seed = static_cast<uint32_t>(120 + sparse);
+    run_attention(c);
+  }
+}
+
+// ---------------------------------------------------------------- indexer
+
+struct IdxQuery {
+  int32_t seq, pos, row_len;
+};
+
+struct IdxCase {
+  int64_t Hi = 32, Di = 128, topk = 2048;
+  int64_t block_size = 64;
+  std::vector<int64_t> ctx;
+  std::vector<IdxQuery> queries;
+  bool integer = true;  // exact scores on both sides
+  bool w_f32 = false;
+  uint32_t seed = 1;
+};
+
+void run_indexer(const IdxCase& c) {
+  const int64_t T = static_cast<int64_t>(c.queries.size());
+  const Cache cache(c.ctx, c.block_size, c.seed);
+  std::vector<int32_t> pos, seq, len;
+  for (const IdxQuery& q : c.queries) {
+    pos.push_back(q.pos);
+    seq.push_back(q.seq);
+    len.push_back(q.row_len);
+  }
+  const Pages pages(cache, seq, pos);
+  const Tensor q_h = c.integer ? int_values({T, c.Hi, c.Di}, c.seed + 1, 2)
+                               : bf16_values({T, c.Hi, c.Di}, c.seed + 1);
+  const Tensor k_h = c.integer ? int_values({cache.rows, c.Di}, c.seed + 2, 2)
+                               : bf16_values({cache.rows, c.Di}, c.seed + 2);
+  Tensor w_h =
+      c.integer ? int_values({T, c.Hi}, c.seed + 3, 2) : bf16_values({T, c.Hi}, c.seed + 3, 0.2f);
+  if (c.integer)
+    for (int64_t i = 0; i < w_h.numel(); ++i) w_h.data<float>()[i] *= 0.5f;
+  const float scale = c.integer ? 1.0f / 16 : 1.0f / std::sqrt(static_cast<float>(c.Di));
+  const Tensor q_pos_h = ints_cpu(pos), len_h = ints_cpu(len);
+
+  Tensor ref = Tensor::empty({T, c.topk}, kI32, MemTag::kActivation);
+  cpu::indexer_topk(q_h, k_h, w_h, q_pos_h, len_h, scale, pages.host, ref);
+
+  Tensor got_d = Tensor::empty({T, c.topk}, kI32, MemTag::kActivation, gpu());
+  indexer_topk(to_gpu(q_h, kBF), to_gpu(k_h, kBF), to_gpu(w_h, c.w_f32 ? DType::kF32 : kBF),
+               to_gpu(q_pos_h, kI32), to_gpu(len_h, kI32), scale, pages.dev, got_d);
+  const Tensor got = to_cpu(got_d);
+
+  for (int64_t t = 0; t < T; ++t) {
+    // Scores in double from the same (exact bf16) inputs.
+    const int64_t n = pos[t] + 1;
+    std::vector<double> score(n, 0.0);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t r = cache.block_size == 0
+                            ? j
+                            : static_cast<int64_t>(
+                                  cache.table[seq[t] * cache.max_blocks + j / cache.block_size]) *
+                                      cache.block_size +
+                                  j % cache.block_size;
+      for (int64_t h = 0; h < c.Hi; ++h) {
+        double dot = 0;
+        for (int64_t d = 0; d < c.Di; ++d)
+          dot += static_cast<double>(q_h.data<float>()[(t * c.Hi + h) * c.Di + d]) *
+                 k_h.data<float>()[r * c.Di + d];
+        score[j] += w_h.data<float>()[t * c.Hi + h] * std::max(dot * scale, 0.0);
+      }
+    }
+    double rms = 0;
+    for (double s : score) rms += s * s;
+    rms = std::sqrt(rms / static_cast<double>(n));
+    const double tol = c.integer ? 0.0 : 1e-4 * rms;
+    const int64_t take = std::min(c.topk, n);
+    std::vector<double> sorted = score;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const double kth = sorted[take - 1];
+
+    // The chosen positions of a row: `take` distinct valid keys, every other slot −1 (the CPU
+    // may interleave −1s, which stand for masked positions it ranked among its picks).
+    auto chosen_set = [&](const Tensor& sel, const char* who) {
+      std::set<int32_t> s;
+      int64_t picks = 0;
+      const int32_t* r = sel.data<int32_t>() + t * c.topk;
+      for (int64_t i = 0; i < c.topk; ++i) {
+        if (r[i] == -1) continue;
+        EXPECT_TRUE(r[i] >= 0 && r[i] < n) << who << " row " << t << " slot " << i << ": " << r[i];
+        s.insert(r[i]);
+        ++picks;
+      }
+      EXPECT_EQ(picks, take) << who << " row " << t;
+      EXPECT_EQ(static_cast<int64_t>(s.size()), picks) << who << " row " << t << ": duplicates";
+      return s;
+    };
+    const std::set<int32_t> want = chosen_set(ref, "cpu"), have = chosen_set(got, "gpu");
+    int64_t swapped = 0;
+    for (int32_t j : have) {
+      if (j < 0 || j >= n) continue;
+      EXPECT_GE(score[j], kth - tol) << "row " << t << ": gpu chose key " << j;
+      if (!want.count(j)) {
+        ++swapped;
+        EXPECT_LE(std::fabs(score[j] - kth), tol) << "row " << t << ": gpu-only key " << j;
+      }
+    }
+    for (int32_t j : want) {
+      if (j >= 0 && j < n && !have.count(j)) {
+        EXPECT_LE(std::fabs(score[j] - kth), tol) << "row " << t << ": cpu-only key " << j;
+      }
+    }
+    if (swapped > 0)
+      std::printf("indexer row %ld: %ld keys differ, all tied with the k-th score\n",
+                  static_cast<long>(t), static_cast<long>(swapped));
+  }
+}
+
+TEST(CudaIndexer, DecodeRowsGlm5) {
+  MLS_REQUIRE_GPU();
+  for (bool integer : {true, false}) {
+    IdxCase c;
+    c.integer = integer;
+    c.ctx = {100, 2048, 2049, 3000, 5000};
+    for (size_t s = 0; s < c.ctx.size(); ++s) {
+      const int32_t p = static_cast<int32_t>(c.ctx[s] - 1);
+      c.queries.push_back({static_cast<int32_t>(s), p, p + 1});
+    }
+    c.seed = integer ? 200 : 201;
+    run_indexer(c);
+  }
+}
+
+TEST(CudaIndexer, PromptRowsSpanThePrompt) {
+  MLS_REQUIRE_GPU();
+  // A chunk of a 3000-token prompt: each row spans the prompt, later positions masked; rows
+  // early in the prompt have fewer valid keys than topk.
+  IdxCase c;
+  c.block_size = 16;
+  c.ctx = {3000};
+  for (int32_t p : {0, 5, 1000, 2047, 2048, 2500, 2999}) c.queries.push_back({0, p, 3000});
+  c.w_f32 = true;
+  c.seed = 210;
+  run_indexer(c);
+}
+
+TEST(CudaIndexer, LongRowsAndUnpagedKeys) {
+  MLS_REQUIRE_GPU();
+  // 40k keys: past the shared-memory row cache of the selection kernel.
+  IdxCase c;
+  c.block_size = 0;
+  c.ctx = {40000};
+  c.queries = {{0, 39999, 40000}, {0, 20000, 40000}};
+  c.seed = 220;
+  run_indexer(c);
+  c.integer = false;
+  c.seed = 221;
+  run_indexer(c);
+}
+
+TEST(CudaIndexer, SmallShapes) {
+  MLS_REQUIRE_GPU();
+  // Few heads and narrow keys (the tiny fixtures: topk 8), block size 1, odd Di (element loads).
+  for (int64_t Di : {32, 20})
+    for (int64_t bs : {1, 16}) {
+      IdxCase c;
+      c.Hi = 4;
+      c.Di = Di;
+      c.topk = 8;
+      c.block_size = bs;
+      c.ctx = {3, 30, 70};
+      c.queries = {{0, 2, 3}, {1, 29, 30}, {2, 10, 70}, {2, 69, 70}};
+      c.seed = static_cast<uint32_t>(230 + Di + bs);
+      run_indexer(c);
+    }
+}
+
+}  // namespace
+}  // namespace mls::ops::test

@@ -1,0 +1,325 @@
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "ops/cuda/fp8_quant_kernels.h"
+
+namespace mls::ops::cuda::kernels {
+namespace {
+
+constexpr int kQuantBlock = 256;   // 8 warps
+constexpr int kGroupsPerWarp = 4;  // 128-groups of one token per warp, loaded together
+
+// One warp per kGroupsPerWarp consecutive 128-groups of a token; lane l holds elements
+// 4l..4l+3 of each group (one 8-byte load when the row allows it).
+__global__ void quantize_fp8_act_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx, int64_t T,
+                                        int64_t K, int64_t KB, int64_t ldq, int64_t t_lead,
+                                        bool vec, uint8_t* __restrict__ q, float* __restrict__ s) {
+  const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps_per_token = (KB + kGroupsPerWarp - 1) / kGroupsPerWarp;
+  const int64_t t = gw / warps_per_token;
+  if (t >= T) return;
+  const int64_t kb0 = gw % warps_per_token * kGroupsPerWarp;
+  const __nv_bfloat16* row = x + t * ldx;
+  float v[kGroupsPerWarp][4];
+#pragma unroll
+  for (int g = 0; g < kGroupsPerWarp; ++g) {
+    const int64_t k0 = (kb0 + g) * 128 + lane * 4;
+    if (vec && k0 + 4 <= K) {
+      const uint2 raw = __ldg(reinterpret_cast<const uint2*>(row + k0));
+      const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+      const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+      v[g][0] = __low2float(lo);
+      v[g][1] = __high2float(lo);
+      v[g][2] = __low2float(hi);
+      v[g][3] = __high2float(hi);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[g][i] = k0 + i < K ? __bfloat162float(row[k0 + i]) : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kGroupsPerWarp; ++g) {
+    const int64_t kb = kb0 + g;
+    if (kb >= KB) break;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[g][i]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    // An all-zero group gets scale 1 so that q = x / scale stays 0 rather than NaN.
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    const int64_t k0 = kb * 128 + lane * 4;
+    if (k0 < ldq) {
+      uint32_t packed = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        packed |=
+            static_cast<uint32_t>(__nv_cvt_float_to_fp8(v[g][i] / scale, __NV_SATFINITE, __NV_E4M3))
+            << (8 * i);
+      *reinterpret_cast<uint32_t*>(q + t * ldq + k0) = packed;
+    }
+    if (lane == 0)
+      s[t < t_lead ? kb * t_lead + t : KB * t_lead + kb * (T - t_lead) + (t - t_lead)] = scale;
+  }
+}
+
+__global__ void pad_scale_rows_kernel(const float* __restrict__ src, int64_t rows, int64_t cols,
+                                      int64_t ld_dst, float* __restrict__ dst) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * ld_dst) return;
+  const int64_t r = i / ld_dst, c = i % ld_dst;
+  dst[i] = c < cols ? src[r * cols + c] : 0.0f;
+}
+
+// ---- Block-scaled FP8 GEMM for few tokens -------------------------------------------------
+//
+// Weight streaming dominates: every W byte is read once per token group. A CTA of kWarps warps
+// owns 16 output rows × 8·NT tokens and one K range (split-K across CTAs when the tiles are
+// too few to fill the GPU); warp w takes the range's 128-wide K blocks w, w + kWarps, ... and
+// computes each with mma.sync m16n8k32 e4m3 (W rows as A, tokens as B), scaling the block's fp32
+// partial by sw·sx before adding it to the accumulators (the DeepSeek promotion per 128 K).
+// Operands load straight from global memory, 16 contiguous bytes per lane: a dot product does
+// not care about K order, so the same lane-to-K permutation on both operands is exact.
+// Warps reduce through shared memory; with split-K the last CTA of a tile (arrival counter) sums
+// the fp32 partials in split order, so results are deterministic.
+
+constexpr int kWarps = 8;
+
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// 16 bytes of a K-contiguous row starting at k (zero past K or when !ok).
+template <bool kVec>
+__device__ __forceinline__ uint4 load16(const uint8_t* row, int64_t k, int64_t K, bool ok) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (!ok || k >= K) return v;
+  if constexpr (kVec) {
+    v = __ldg(reinterpret_cast<const uint4*>(row + k));
+  } else {
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (k + i < K) w[i / 4] |= static_cast<uint32_t>(row[k + i]) << (8 * (i % 4));
+    v = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  return v;
+}
+
+__device__ __forceinline__ void store_out(const Fp8GemmArgs& a, int64_t tok, int64_t row, float v) {
+  __nv_bfloat16* y = static_cast<__nv_bfloat16*>(a.y) + tok * a.ldy + row;
+  if (a.accumulate) v += __bfloat162float(*y);
+  *y = __float2bfloat16(v);
+}
+
+template <int NT, bool kVecW>
+__global__ void __launch_bounds__(kWarps * 32)
+    fp8_gemm_skinny_kernel(const Fp8GemmArgs a, int ksplit) {
+  constexpr int kE = NT * 4;  // accumulator registers per lane
+  constexpr int kU = 2;       // K blocks in flight per warp
+  __shared__ float red[kWarps][kE][32];
+  __shared__ bool last;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * 8 * NT;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * 16;
+  const int split = blockIdx.z;
+  const int64_t KB = (a.K + 127) / 128;
+  const int64_t kb_begin = KB * split / ksplit, kb_end = KB * (split + 1) / ksplit;
+  const float* sw_row = a.w_scale + (n0 / 128) * KB;  // 16 rows share one scale row
+
+  // This lane's A rows g and g + 8 of the 16-row tile, and B column (token) g of each 8-token
+  // tile j.
+  const uint8_t* wrow[2];
+  bool wok[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = n0 + g + 8 * r;
+    wok[r] = row < a.N;
+    wrow[r] = a.w + (wok[r] ? row : 0) * a.K;
+  }
+  const uint8_t* xrow[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int64_t tok = tok0 + 8 * j + g;
+    xok[j] = tok < a.T;
+    xrow[j] = a.xq + (xok[j] ? tok : 0) * a.ldq;
+  }
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[j][r] = 0.0f;
+
+  for (int64_t kb0 = kb_begin + warp; kb0 < kb_end; kb0 += kWarps * kU) {
+    uint4 wv[kU][2][2];  // [u][row g / g + 8][half of the 128-wide block]
+    uint4 xv[kU][NT][2];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t kb = kb0 + u * kWarps;
+      const bool kin = kb < kb_end;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t k = kb * 128 + h * 64 + t4 * 16;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) wv[u][r][h] = load16<kVecW>(wrow[r], k, a.K, kin && wok[r]);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xv[u][j][h] = load16<true>(xrow[j], k, a.K, kin && xok[j]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t kb = kb0 + u * kWarps;
+      if (kb >= kb_end) break;
+      float part[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) part[j][r] = 0.0f;
+          // A fragment: rows g / g + 8 with 4 bytes each of K slots t4·4.. and 16 + t4·4..; B the
+          // same K slots of token g. Words 2s and 2s + 1 of a 16-byte load fill those two slots.
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            mma_e4m3(part[j], word(wv[u][0][h], 2 * s), word(wv[u][1][h], 2 * s),
+                     word(wv[u][0][h], 2 * s + 1), word(wv[u][1][h], 2 * s + 1),
+                     word(xv[u][j][h], 2 * s), word(xv[u][j][h], 2 * s + 1));
+      const float ws = __ldg(sw_row + kb);
+      const float* xs = a.x_scale + kb * a.x_scale_ld;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        // C fragment: registers 0, 1 are (row g, tokens 2·t4, 2·t4 + 1), 2, 3 row g + 8.
+        const int64_t c0 = tok0 + 8 * j + 2 * t4;
+        const float s0 = c0 < a.T ? __ldg(xs + c0) * ws : 0.0f;
+        const float s1 = c0 + 1 < a.T ? __ldg(xs + c0 + 1) * ws : 0.0f;
+        acc[j][0] += part[j][0] * s0;
+        acc[j][1] += part[j][1] * s1;
+        acc[j][2] += part[j][2] * s0;
+        acc[j][3] += part[j][3] * s1;
+      }
+    }
+  }
+
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) red[warp][j * 4 + r][lane] = acc[j][r];
+  __syncthreads();
+
+  // Element e of lane ln is C register r = e % 4 of token tile j = e / 4.
+  auto coords = [&](int idx, int64_t& row, int64_t& tok) {
+    const int e = idx >> 5, ln = idx & 31, r = e & 3, j = e >> 2;
+    row = n0 + (ln >> 2) + (r >= 2 ? 8 : 0);
+    tok = tok0 + 8 * j + 2 * (ln & 3) + (r & 1);
+  };
+  const bool direct = ksplit == 1;
+  for (int idx = threadIdx.x; idx < kE * 32; idx += blockDim.x) {
+    int64_t row, tok;
+    coords(idx, row, tok);
+    if (row >= a.N || tok >= a.T) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[w][idx >> 5][idx & 31];
+    if (direct)
+      store_out(a, tok, row, v);
+    else
+      a.partial[(split * a.T + tok) * a.N + row] = v;
+  }
+  if (direct) return;
+
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    last = atomicAdd(&a.counters[tile], 1) == ksplit - 1;
+    if (last) a.counters[tile] = 0;  // every split has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int idx = threadIdx.x; idx < kE * 32; idx += blockDim.x) {
+    int64_t row, tok;
+    coords(idx, row, tok);
+    if (row >= a.N || tok >= a.T) continue;
+    float v = 0.0f;
+    for (int s = 0; s < ksplit; ++s) v += __ldcg(a.partial + (s * a.T + tok) * a.N + row);
+    store_out(a, tok, row, v);
+  }
+}
+
+template <int NT>
+cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
+  const int64_t groups = (a.T + 8 * NT - 1) / (8 * NT);
+  const int64_t row_tiles = (a.N + 15) / 16;
+  if (groups > std::numeric_limits<int>::max() || row_tiles > 65535) return cudaErrorInvalidValue;
+  const int64_t tiles = groups * row_tiles;
+  const int64_t KB = (a.K + 127) / 128;
+  // Split K until about two CTAs per SM are in flight, keeping >= kWarps K blocks per CTA.
+  const int64_t target = 2LL * a.num_sms;
+  int64_t ksplit = 1;
+  if (tiles < target && tiles <= a.num_counters)
+    ksplit =
+        std::min<int64_t>({(target + tiles - 1) / tiles, std::max<int64_t>(1, KB / kWarps), 16});
+  while (ksplit > 1 && static_cast<size_t>(ksplit * a.T * a.N) * sizeof(float) > a.partial_bytes)
+    --ksplit;
+  const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(row_tiles),
+                  static_cast<unsigned>(ksplit));
+  const bool vec = a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+  if (vec)
+    fp8_gemm_skinny_kernel<NT, true><<<grid, kWarps * 32, 0, stream>>>(a, ksplit);
+  else
+    fp8_gemm_skinny_kernel<NT, false><<<grid, kWarps * 32, 0, stream>>>(a, ksplit);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t ldq,
+                                    int64_t t_lead, uint8_t* q, float* s, cudaStream_t stream) {
+  const int64_t KB = (K + 127) / 128;
+  const int64_t warps = T * ((KB + kGroupsPerWarp - 1) / kGroupsPerWarp);
+  if (warps == 0) return cudaSuccess;
+  const int64_t blocks = (warps * 32 + kQuantBlock - 1) / kQuantBlock;
+  const bool vec = ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
+  quantize_fp8_act_kernel<<<static_cast<unsigned>(blocks), kQuantBlock, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(x), ldx, T, K, KB, ldq, t_lead, vec, q, s);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, int64_t ld_dst,
+                                  float* dst, cudaStream_t stream) {
+  const int64_t n = rows * ld_dst;
+  if (n == 0) return cudaSuccess;
+  pad_scale_rows_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(src, rows, cols,
+                                                                                    ld_dst, dst);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fp8_gemm_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
+  if (a.T <= 0 || a.N <= 0) return cudaSuccess;
+  // One 8-token MMA column tile for decode batches up to 8, else groups of 16 tokens (the
+  // groups of one row tile run side by side, so the weights come from L2 after the first).
+  if (a.T <= 8) return launch_skinny<1>(a, stream);
+  return launch_skinny<2>(a, stream);
+}
+
+}  // namespace mls::ops::cuda::kernels

@@ -1,0 +1,50 @@
+// Kernels behind the FP8 linear: per-token activation quantisation, the weight-scale padding
+// cuBLASLt's 128x128 block-scale mode needs, and our own block-scaled FP8 GEMM for few tokens
+// (decode) and for the shapes cuBLASLt cannot run. Plain launchers: raw pointers, the caller's
+// stream, cudaGetLastError() after the launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mls::ops::cuda::kernels {
+
+// Activations are quantised per token in groups of 128 along K: scale = amax / 448 (1 for an
+// all-zero group), q = x / scale rounded to e4m3 (saturating). x: bf16 [T, K], row stride ldx.
+// q: e4m3 [T, ldq] with ldq = round_up(K, 16); bytes [K, ldq) are written as zero.
+// Scales (KB = ceil(K/128)): tokens t < t_lead at s[kb * t_lead + t] (cuBLASLt's VEC128 layout,
+// token-major per K block), the rest at s[KB * t_lead + kb * (T - t_lead) + (t - t_lead)].
+cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t ldq,
+                                    int64_t t_lead, uint8_t* q, float* s, cudaStream_t stream);
+
+// dst[r, c] = src[r, c] for c < cols, 0 for cols <= c < ld_dst (src contiguous [rows, cols]).
+cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, int64_t ld_dst,
+                                  float* dst, cudaStream_t stream);
+
+// y[t, n] (+)= Σ_kb sx[t, kb] · sw[n/128, kb] · Σ_{k in block kb} xq[t, k] · w[n, k], all in fp32,
+// bf16 out. w: e4m3 [N, K] contiguous; sw: f32 [ceil(N/128), ceil(K/128)] contiguous (the
+// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (x_scale at x_scale_ld).
+struct Fp8GemmArgs {
+  const uint8_t* w;
+  const float* w_scale;
+  const uint8_t* xq;
+  int64_t ldq;
+  const float* x_scale;
+  int64_t x_scale_ld;
+  void* y;  // bf16
+  int64_t ldy;
+  int64_t N, K, T;
+  bool accumulate;
+  // Split-K scratch: fp32 partials and per-tile arrival counters that are zero on entry and are
+  // left zero on exit (stream-ordered reuse).
+  float* partial;
+  size_t partial_bytes;
+  int* counters;
+  int64_t num_counters;
+  int num_sms;
+};
+cudaError_t launch_fp8_gemm_skinny(const Fp8GemmArgs& a, cudaStream_t stream);
+
+}  // namespace mls::ops::cuda::kernels

@@ -1,0 +1,114 @@
+#include <algorithm>
+
+#include "core/cuda_context.h"
+#include "ops/cuda/indexer_topk_kernels.h"
+#include "ops/indexer_topk.h"
+
+namespace mls::ops::cuda {
+namespace {
+
+// Score scratch per launch: query rows are processed in groups whose [rows, max_keys] f32
+// scores fit in this many bytes (one row at least), so an 8192-token prompt with a long
+// context does not need gigabytes.
+constexpr int64_t kScoreScratchBytes = int64_t{256} << 20;
+
+// Query rows per launch for scores rows of `ld` floats.
+int64_t rows_per_launch(int64_t ld, int64_t T) {
+  return std::clamp<int64_t>(kScoreScratchBytes / std::max<int64_t>(ld * 4, 1), 1, T);
+}
+
+void check_index(const char* what, const Tensor* t, int64_t n, const Tensor& chosen) {
+  if (t->dtype() != DType::kI32 || t->device() != chosen.device())
+    raise<ShapeError>("indexer_topk: {} {} must be i32 on {}", what, t->str(),
+                      chosen.device().str());
+  if (n >= 0 && (t->numel() != n || !t->is_contiguous()))
+    raise<ShapeError>("indexer_topk: {} {} must be contiguous [{}]", what, t->str(), n);
+}
+
+}  // namespace
+
+void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
+                  const Tensor& row_len, float scale, const PagedKeys& pages, Tensor& chosen) {
+  if (q.ndim() != 3 || k.ndim() != 2 || w.ndim() != 2 || chosen.ndim() != 2)
+    raise<ShapeError>("indexer_topk: q {} k {} w {} chosen {} do not fit", q.str(), k.str(),
+                      w.str(), chosen.str());
+  const int64_t T = q.dim(0), Hi = q.dim(1), Di = q.dim(2), topk = chosen.dim(1);
+  if (k.dim(1) != Di || w.dim(0) != T || w.dim(1) != Hi || chosen.dim(0) != T || q.stride(2) != 1 ||
+      k.stride(1) != 1 || w.stride(1) != 1 || !chosen.is_contiguous())
+    raise<ShapeError>("indexer_topk: q {} k {} w {} chosen {} do not fit", q.str(), k.str(),
+                      w.str(), chosen.str());
+  if (q.dtype() != DType::kBF16 || k.dtype() != DType::kBF16 ||
+      (w.dtype() != DType::kBF16 && w.dtype() != DType::kF32) || chosen.dtype() != DType::kI32)
+    raise<ShapeError>("indexer_topk: q {} and k {} must be bf16, w {} bf16 or f32, chosen {} i32",
+                      q.str(), k.str(), w.str(), chosen.str());
+  for (const Tensor* t : {&q, &k, &w})
+    if (t->device() != chosen.device() || chosen.device().is_cpu())
+      raise<ShapeError>("indexer_topk: {} is on {}, chosen on {}: all must be on one GPU", t->str(),
+                        t->device().str(), chosen.device().str());
+  if (Hi > 64) raise<Unsupported>("indexer_topk: {} heads (the CUDA kernel takes up to 64)", Hi);
+  check_index("q_pos", &q_pos, T, chosen);
+  check_index("row_len", &row_len, T, chosen);
+
+  kernels::IndexerParams p;
+  p.q = q.raw();
+  p.q_st = q.stride(0);
+  p.q_sh = q.stride(1);
+  p.k = k.raw();
+  p.k_sr = k.stride(0);
+  p.w = w.raw();
+  p.w_st = w.stride(0);
+  p.w_f32 = w.dtype() == DType::kF32;
+  p.q_pos = q_pos.data<int32_t>();
+  p.row_len = row_len.data<int32_t>();
+  p.num_rows = k.dim(0);
+  p.T = static_cast<int>(T);
+  p.Hi = static_cast<int>(Hi);
+  p.Di = static_cast<int>(Di);
+  p.topk = static_cast<int>(topk);
+  p.scale = scale;
+  p.chosen = chosen.data<int32_t>();
+  if (pages.block_tables) {
+    const Tensor& bt = *pages.block_tables;
+    check_index("block_tables", &bt, -1, chosen);
+    if (bt.ndim() != 2 || bt.stride(1) != 1)
+      raise<ShapeError>(
+          "indexer_topk: block_tables {} must be [num_seqs, max_blocks] with unit "
+          "inner stride",
+          bt.str());
+    if (!pages.token_seq) raise<ShapeError>("indexer_topk: paged keys need token_seq");
+    check_index("token_seq", pages.token_seq, T, chosen);
+    if (pages.block_size < 1 || pages.max_keys < 1)
+      raise<ShapeError>("indexer_topk: paged keys need block_size ({}) and max_keys ({}) >= 1",
+                        pages.block_size, pages.max_keys);
+    p.block_tables = bt.data<int32_t>();
+    p.bt_ld = bt.stride(0);
+    p.num_seqs = bt.dim(0);
+    p.max_blocks = bt.dim(1);
+    p.token_seq = pages.token_seq->data<int32_t>();
+    p.block_size = pages.block_size;
+    p.key_bound = std::min(pages.max_keys, bt.dim(1) * pages.block_size);
+  } else {
+    p.key_bound = k.dim(0);
+  }
+  if (T == 0 || topk == 0) return;
+
+  const int64_t ld = kernels::indexer_scores_ld(p);
+  const int64_t rows = rows_per_launch(ld, T);
+  Tensor scores = Tensor::empty({rows, std::max<int64_t>(ld, 1)}, DType::kF32, MemTag::kActivation,
+                                mls::cuda::allocator());
+  for (int64_t t0 = 0; t0 < T; t0 += rows)
+    mls::cuda::check(kernels::launch_indexer_topk(p, static_cast<int>(t0),
+                                                  static_cast<int>(std::min(rows, T - t0)),
+                                                  scores.data<float>(), mls::cuda::stream()),
+                     "indexer_topk");
+}
+
+int64_t indexer_topk_scratch_bytes(int64_t T, int64_t max_keys, int64_t topk) {
+  if (T == 0 || topk == 0) return 0;
+  kernels::IndexerParams p;
+  p.key_bound = max_keys;
+  const int64_t ld = kernels::indexer_scores_ld(p);
+  return rows_per_launch(ld, T) * std::max<int64_t>(ld, 1) * 4;
+}
+
+}  // namespace mls::ops::cuda

@@ -1,0 +1,418 @@
+// DSA indexer on the GPU in two kernels.
+//
+// Scores: one CTA of 4 warps per (query token, chunk of its key row). The token's Hi heads are
+// the M dimension of tensor-core products against key tiles of 128 keys (double-buffered
+// cp.async): S[heads × keys] = Q[heads × Di] · K_tileᵀ, then score[j] = Σ_h w[h] ·
+// relu(scale · S[h, j]) in fp32, reduced across the lanes that hold one key's heads.
+//
+// Top-k: one CTA per row. A 4-pass radix select (8 bits per pass, warp-aggregated shared
+// histograms) finds the k-th largest score; the chosen keys are every key above it plus the
+// lowest-indexed keys equal to it, written in ascending index order through a block scan, so
+// the result is deterministic. Rows short enough are cached in shared memory for the passes.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "ops/cuda/indexer_topk_kernels.h"
+#include "ops/cuda/mma_ptx.cuh"
+
+namespace mls::ops::cuda::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kScoreWarps = 4;
+constexpr int kScoreThreads = kScoreWarps * 32;
+constexpr int kTile = kScoreWarps * 32;  // keys per tile: 32 per warp
+constexpr int kTopkThreads = 512;
+constexpr int kTopkWarps = kTopkThreads / 32;
+constexpr int kCacheFloats = 16 * 1024;  // rows up to this length stay in shared memory (64 KiB)
+
+// Positions query t scores: j < min(q_pos + 1, row_len, key_bound), none if its sequence is
+// out of range.
+__device__ __forceinline__ int64_t valid_keys(const IndexerParams& p, int t) {
+  if (p.block_tables && (p.token_seq[t] < 0 || p.token_seq[t] >= p.num_seqs)) return 0;
+  int64_t n = static_cast<int64_t>(p.q_pos[t]) + 1;
+  n = n < p.row_len[t] ? n : p.row_len[t];
+  n = n < p.key_bound ? n : p.key_bound;
+  return n > 0 ? n : 0;
+}
+
+// Row of k holding key position j of query t (j < valid_keys), or -1 for an address outside
+// the cache (the key then scores as if it were zero).
+__device__ __forceinline__ int64_t key_row(const IndexerParams& p, int t, int64_t j) {
+  if (!p.block_tables) return j < p.num_rows ? j : -1;
+  const int64_t blk = j / p.block_size;
+  if (blk >= p.max_blocks) return -1;
+  const int64_t b = p.block_tables[p.token_seq[t] * p.bt_ld + blk];
+  const int64_t row = b * p.block_size + j % p.block_size;
+  return b >= 0 && row < p.num_rows ? row : -1;
+}
+
+// Copies 8 bf16 (zeros when src is null) to shared memory: cp.async when rows are 16-byte
+// aligned, else element by element (`valid` columns of src, zeros after).
+__device__ __forceinline__ void stage8(bf16* dst, const bf16* src, int valid, bool vec,
+                                       const void* any) {
+  if (vec) {
+    cp_async16(dst, src ? src : any, src ? 16 : 0);
+  } else {
+    for (int e = 0; e < 8; ++e) dst[e] = src && e < valid ? src[e] : __float2bfloat16(0.0f);
+  }
+}
+
+struct ScoreLayout {
+  int dp = 0;  // Di rounded up to 16
+  int ld = 0;  // shared row stride (elements): an odd number of 16-byte chunks
+  int hp = 0;  // heads rounded up to 16
+  bool vec = false;
+  int q_bytes = 0, stage_bytes = 0, total = 0;
+};
+
+template <int MB>
+__global__ void __launch_bounds__(kScoreThreads)
+    index_score_kernel(const IndexerParams p, const ScoreLayout L, int t0, int tiles_per_cta,
+                       float* scores, int64_t ld) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* q_s = reinterpret_cast<bf16*>(smem);
+  int64_t* rows_s = reinterpret_cast<int64_t*>(smem + L.q_bytes + 2 * L.stage_bytes);  // [2][kTile]
+
+  const int t = t0 + static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t n = valid_keys(p, t);
+  const int64_t key0 = static_cast<int64_t>(blockIdx.y) * tiles_per_cta * kTile;
+  if (key0 >= n) return;
+  const int64_t left = (n - key0 + kTile - 1) / kTile;
+  const int ntiles = static_cast<int>(left < tiles_per_cta ? left : tiles_per_cta);
+  const bf16* kbase = static_cast<const bf16*>(p.k);
+  const int chunks = L.dp / 8;
+
+  auto resolve = [&](int tile) {
+    const int64_t j = key0 + static_cast<int64_t>(tile) * kTile + tid;
+    rows_s[(tile & 1) * kTile + tid] = tile < ntiles && j < n ? key_row(p, t, j) : -1;
+  };
+  auto issue = [&](int tile) {
+    bf16* dst = reinterpret_cast<bf16*>(smem + L.q_bytes + (tile & 1) * L.stage_bytes);
+    for (int c = tid; c < kTile * chunks; c += kScoreThreads) {
+      const int r = c / chunks, col = (c % chunks) * 8;
+      const int64_t row = rows_s[(tile & 1) * kTile + r];
+      const bf16* src = row >= 0 && col < p.Di ? kbase + row * p.k_sr + col : nullptr;
+      stage8(dst + r * L.ld + col, src, p.Di - col, L.vec, kbase);
+    }
+  };
+
+  {
+    const bf16* qb = static_cast<const bf16*>(p.q) + t * p.q_st;
+    for (int c = tid; c < L.hp * chunks; c += kScoreThreads) {
+      const int r = c / chunks, col = (c % chunks) * 8;
+      const bf16* src = r < p.Hi && col < p.Di ? qb + r * p.q_sh + col : nullptr;
+      stage8(q_s + r * L.ld + col, src, p.Di - col, L.vec, kbase);
+    }
+  }
+  resolve(0);
+  resolve(1);
+  __syncthreads();
+  issue(0);
+  cp_async_commit();
+
+  // This lane's head weights: rows g and g + 8 of each m16 block (zero past Hi).
+  const int g = lane >> 2;
+  float wv[MB][2];
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int h = mb * 16 + g + hh * 8;
+      float x = 0.0f;
+      if (h < p.Hi)
+        x = p.w_f32 ? static_cast<const float*>(p.w)[t * p.w_st + h]
+                    : __bfloat162float(static_cast<const bf16*>(p.w)[t * p.w_st + h]);
+      wv[mb][hh] = x;
+    }
+
+  float* srow = scores + static_cast<int64_t>(t - t0) * ld;
+  for (int it = 0; it < ntiles; ++it) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile `it` visible; tile it−1's buffer and addresses are free
+    if (it + 1 < ntiles) issue(it + 1);
+    cp_async_commit();
+    resolve(it + 2);
+
+    const bf16* ks = reinterpret_cast<const bf16*>(smem + L.q_bytes + (it & 1) * L.stage_bytes);
+    float acc[MB][4][4];
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[mb][nt][c] = 0.0f;
+    const bf16* qa = q_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * L.ld + (lane >> 4) * 8;
+    const bf16* kb = ks + (warp * 32 + (lane & 7) + (lane >> 4) * 8) * L.ld + ((lane >> 3) & 1) * 8;
+    for (int kk = 0; kk < L.dp / 16; ++kk) {
+      uint32_t a[MB][4];
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb) ldmatrix_x4(a[mb], qa + mb * 16 * L.ld + kk * 16);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kb + np * 16 * L.ld + kk * 16);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          mma_bf16(acc[mb][2 * np], a[mb], b[0], b[1]);
+          mma_bf16(acc[mb][2 * np + 1], a[mb], b[2], b[3]);
+        }
+      }
+    }
+    const int64_t tile_key = key0 + static_cast<int64_t>(it) * kTile + warp * 32;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float s = 0.0f;
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+          s += wv[mb][0] * fmaxf(acc[mb][nt][c] * p.scale, 0.0f) +
+               wv[mb][1] * fmaxf(acc[mb][nt][c + 2] * p.scale, 0.0f);
+        // Lanes with one (lane & 3) hold the same key for the other heads.
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 16);
+        const int64_t key = tile_key + nt * 8 + (lane & 3) * 2 + c;
+        if (lane < 4 && key < n) srow[key] = s;
+      }
+  }
+  cp_async_wait<0>();
+}
+
+// Monotone map of a float to an unsigned key (larger float, larger key; -0 == +0).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  uint32_t b = __float_as_uint(f);
+  if (b == 0x80000000u) b = 0;
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_kernel(const IndexerParams p, int t0, const float* scores, int64_t ld, int cache_cap) {
+  extern __shared__ __align__(16) float cache[];
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t sh_prefix, sh_rem;
+  __shared__ uint32_t warp_tot[2][kTopkWarps];
+
+  const int t = t0 + static_cast<int>(blockIdx.x);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t n = valid_keys(p, t);
+  const int topk = p.topk;
+  int32_t* out = p.chosen + static_cast<int64_t>(t) * topk;
+  if (n <= topk) {  // every valid key, then unused slots
+    for (int j = tid; j < topk; j += kTopkThreads) out[j] = j < n ? j : -1;
+    return;
+  }
+
+  const float* row = scores + static_cast<int64_t>(blockIdx.x) * ld;
+  const float* src = row;
+  if (n <= cache_cap) {
+    for (int64_t j = tid * 4; j < n; j += kTopkThreads * 4) {
+      if (j + 4 <= n) {
+        *reinterpret_cast<float4*>(cache + j) = *reinterpret_cast<const float4*>(row + j);
+      } else {
+        for (int64_t e = j; e < n; ++e) cache[e] = row[e];
+      }
+    }
+    src = cache;
+  }
+
+  // Radix select of the topk-th largest key, most significant byte first.
+  uint32_t prefix = 0, mask = 0, rem = static_cast<uint32_t>(topk);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
+    __syncthreads();
+    for (int64_t base = 0; base < n; base += kTopkThreads) {
+      const int64_t j = base + tid;
+      uint32_t bin = 256;  // not counted
+      if (j < n) {
+        const uint32_t u = order_key(src[j]);
+        if ((u & mask) == prefix) bin = (u >> shift) & 255u;
+      }
+      // One atomic per distinct bin of the warp: ReLU zeros make a few bins very hot.
+      const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+      if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lane L holds bins 255 − 8L down to 248 − 8L; the first lane whose running count from
+      // the top reaches `rem` holds the digit.
+      const int hi = 255 - lane * 8;
+      uint32_t cnt[8], s = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        cnt[i] = hist[hi - i];
+        s += cnt[i];
+      }
+      uint32_t incl = s;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const uint32_t v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+      }
+      const uint32_t hit = __ballot_sync(0xffffffffu, incl >= rem);
+      if (lane == __ffs(hit) - 1) {
+        uint32_t before = incl - s;
+        int digit = hi - 7;
+        for (int i = 0; i < 8; ++i) {
+          if (before + cnt[i] >= rem) {
+            digit = hi - i;
+            break;
+          }
+          before += cnt[i];
+        }
+        sh_prefix = prefix | (static_cast<uint32_t>(digit) << shift);
+        sh_rem = rem - before;
+      }
+    }
+    __syncthreads();
+    prefix = sh_prefix;
+    rem = sh_rem;
+    mask |= 255u << shift;
+  }
+
+  // Keys above the threshold, then the first `rem` keys equal to it, in ascending index order:
+  // a key's slot is (#above before it) + min(#equal before it, rem).
+  uint32_t gt_run = 0, eq_run = 0;
+  int buf = 0;
+  for (int64_t base = 0; base < n; base += kTopkThreads * 4) {
+    const int64_t j0 = base + tid * 4;
+    uint32_t flags = 0;  // bit e: above, bit e + 4: equal
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (j0 + e < n) {
+        const uint32_t u = order_key(src[j0 + e]);
+        if (u > prefix) flags |= 1u << e;
+        if (u == prefix) flags |= 1u << (e + 4);
+      }
+    // Packed counts: above in the low 16 bits, equal in the high (a tile holds 2048 keys).
+    const uint32_t cnt = __popc(flags & 15u) | (__popc(flags >> 4) << 16);
+    uint32_t incl = cnt;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const uint32_t v = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += v;
+    }
+    if (lane == 31) warp_tot[buf][warp] = incl;
+    __syncthreads();
+    uint32_t before = incl - cnt, total = 0;
+    for (int w = 0; w < kTopkWarps; ++w) {
+      const uint32_t x = warp_tot[buf][w];
+      if (w < warp) before += x;
+      total += x;
+    }
+    uint32_t gt = gt_run + (before & 0xffffu), eq = eq_run + (before >> 16);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (flags & (1u << e)) {
+        out[gt + (eq < rem ? eq : rem)] = static_cast<int32_t>(j0 + e);
+        ++gt;
+      } else if (flags & (1u << (e + 4))) {
+        if (eq < rem) out[gt + eq] = static_cast<int32_t>(j0 + e);
+        ++eq;
+      }
+    }
+    gt_run += total & 0xffffu;
+    eq_run += total >> 16;
+    buf ^= 1;  // the next tile writes the other buffer; the one after is past a barrier
+  }
+}
+
+ScoreLayout make_score_layout(const IndexerParams& p) {
+  ScoreLayout L;
+  L.dp = (p.Di + 15) / 16 * 16;
+  L.ld = L.dp + 8;
+  L.hp = (p.Hi + 15) / 16 * 16;
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  L.vec = p.Di % 8 == 0 && p.q_st % 8 == 0 && p.q_sh % 8 == 0 && p.k_sr % 8 == 0 && aligned(p.q) &&
+          aligned(p.k);
+  L.q_bytes = L.hp * L.ld * 2;
+  L.stage_bytes = kTile * L.ld * 2;
+  L.total = L.q_bytes + 2 * L.stage_bytes + 2 * kTile * static_cast<int>(sizeof(int64_t));
+  return L;
+}
+
+// The SM count of `dev`, and each kernel allowed all of its shared memory, once per device:
+// these calls cost microseconds and the indexer runs in every DSA layer of every step.
+cudaError_t prepare(int dev, const void* kernel, int* sms) {
+  static std::mutex mu;
+  static std::map<int, int> sm_count;
+  static std::map<std::pair<int, const void*>, bool> raised;
+  std::lock_guard lock(mu);
+  auto it = sm_count.find(dev);
+  if (it == sm_count.end()) {
+    int n = 0;
+    const cudaError_t e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
+    it = sm_count.emplace(dev, n).first;
+  }
+  *sms = it->second;
+  if (!raised.count({dev, kernel})) {
+    int optin = 0;
+    cudaFuncAttributes attr;
+    cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, kernel);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - static_cast<int>(attr.sharedSizeBytes));
+    if (e != cudaSuccess) return e;
+    raised[{dev, kernel}] = true;
+  }
+  return cudaSuccess;
+}
+
+template <int MB>
+cudaError_t launch_scores(const IndexerParams& p, const ScoreLayout& L, int dev, int t0, int nt,
+                          float* scores, int64_t ld, cudaStream_t stream) {
+  auto kernel = index_score_kernel<MB>;
+  int sms = 0;
+  const cudaError_t e = prepare(dev, reinterpret_cast<const void*>(kernel), &sms);
+  if (e != cudaSuccess) return e;
+  // Enough CTAs per row to give a small step two CTAs per SM; a long step keeps whole rows.
+  const int64_t tiles = std::max<int64_t>(1, (p.key_bound + kTile - 1) / kTile);
+  const int64_t want = std::clamp<int64_t>((2LL * sms + nt - 1) / nt, 1, tiles);
+  const int64_t per_cta = (tiles + want - 1) / want;
+  const int64_t chunks = (tiles + per_cta - 1) / per_cta;
+  kernel<<<dim3(nt, static_cast<unsigned>(chunks)), kScoreThreads, L.total, stream>>>(
+      p, L, t0, static_cast<int>(per_cta), scores, ld);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int64_t indexer_scores_ld(const IndexerParams& p) {
+  return (p.key_bound + 3) / 4 * 4;
+}
+
+cudaError_t launch_indexer_topk(const IndexerParams& p, int t0, int nt, float* scores,
+                                cudaStream_t stream) {
+  if (nt <= 0) return cudaSuccess;
+  int dev = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const int64_t ld = indexer_scores_ld(p);
+  if (p.key_bound > 0) {
+    const ScoreLayout L = make_score_layout(p);
+    const int mb = L.hp / 16;
+    e = mb == 1   ? launch_scores<1>(p, L, dev, t0, nt, scores, ld, stream)
+        : mb == 2 ? launch_scores<2>(p, L, dev, t0, nt, scores, ld, stream)
+        : mb == 3 ? launch_scores<3>(p, L, dev, t0, nt, scores, ld, stream)
+                  : launch_scores<4>(p, L, dev, t0, nt, scores, ld, stream);
+    if (e != cudaSuccess) return e;
+  }
+  const int cache_cap = static_cast<int>(std::min<int64_t>(ld, kCacheFloats));
+  e = prepare(dev, reinterpret_cast<const void*>(topk_kernel), &sms);
+  if (e != cudaSuccess) return e;
+  topk_kernel<<<nt, kTopkThreads, cache_cap * sizeof(float), stream>>>(p, t0, scores, ld,
+                                                                       cache_cap);
+  return cudaGetLastError();
+}
+
+}  // namespace mls::ops::cuda::kernels

@@ -1,0 +1,204 @@
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/cuda_context.h"
+#include "ops/cuda/cublaslt_gemm.h"
+#include "ops/cuda/fp8_quant_kernels.h"
+#include "ops/linear.h"
+
+namespace mls::ops::cuda {
+namespace {
+
+// Which FP8 linears run cuBLASLt's block-scaled GEMM (its leading multiple of 4 tokens; ours
+// takes the rest) rather than only our weight-streaming kernel. Measured on the H200 at GLM-5
+// shapes: ours is faster up to 8 tokens, they are even up to 16 with cuBLASLt ahead on large
+// weights, and above that cuBLASLt wins clearly; a token count that is not a multiple of 4 costs
+// the cuBLASLt route a second weight pass for the tail, which only pays past 32 tokens.
+bool cublaslt_tokens(int64_t T) {
+  return T > 32 || (T > 8 && T % 4 == 0);
+}
+
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
+
+cudaDataType_t out_type(DType t) {
+  return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+// A row stride cuBLASLt accepts (>= the row length); a single row's stride is never used.
+int64_t lead(const Tensor& t, int64_t rows, int64_t row_len) {
+  return rows == 1 ? std::max(t.stride(0), row_len) : t.stride(0);
+}
+
+void check_devices(const char* op, const Tensor& x, const Tensor& w, const Tensor& y) {
+  const Device here = Device::cuda(mls::cuda::device());
+  if (x.device() != here || w.device() != here || y.device() != here)
+    raise<ShapeError>("{}: x on {}, W on {}, y on {}: all must be on this thread's {}", op,
+                      x.device().str(), w.device().str(), y.device().str(), here.str());
+}
+
+// y = 0 for an empty reduction (k = 0), which cuBLASLt does not take.
+void zero_rows(Tensor& y, int64_t rows, int64_t cols) {
+  const size_t es = dtype_size(y.dtype());
+  mls::cuda::check(cudaMemset2DAsync(y.raw(), static_cast<size_t>(lead(y, rows, cols)) * es, 0,
+                                     cols * es, static_cast<size_t>(rows), mls::cuda::stream()),
+                   "linear: zero output");
+}
+
+void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
+  const Tensor& scale = *w.block_scale();
+  const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
+  const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, ldq = round_up(K, 16);
+  if (scale.dtype() != DType::kF32 || scale.ndim() != 2 || scale.dim(0) != NB ||
+      scale.dim(1) != KB || !scale.is_contiguous() || scale.device() != w.device())
+    raise<ShapeError>("linear: FP8 W {} needs f32 block scales [{}, {}] on {}, got {} on {}",
+                      w.str(), NB, KB, w.device().str(), scale.str(), scale.device().str());
+  if (y.dtype() != DType::kBF16)
+    raise<Unsupported>("linear: FP8 W {} writes bf16 output, got y {}", w.str(), y.str());
+  const cudaStream_t stream = mls::cuda::stream();
+  Allocator& alloc = mls::cuda::allocator();
+  // The quantised activations and their scales share one allocation (the scales 16-byte
+  // aligned after the e4m3 rows, whose stride is a multiple of 16).
+  Tensor qbuf = Tensor::empty({T * ldq + KB * T * 4}, DType::kFP8E4M3, MemTag::kWorkspace, alloc);
+  uint8_t* q = qbuf.data<uint8_t>();
+  float* xs = reinterpret_cast<float*>(q + T * ldq);
+
+  // cuBLASLt's block-scaled GEMM (weights BLK128x128, activations VEC128) needs whole 128-wide
+  // K blocks and a token count divisible by 4 (it has no algorithm otherwise): it takes the
+  // largest such leading part of a prefill, our kernel the rest (at most 3 tokens) and decodes.
+  int64_t t_lead = 0;
+  LtLinear p{.m = T / 4 * 4,
+             .n = N,
+             .k = K,
+             .x = q,
+             .ldx = ldq,
+             .w = w.raw(),
+             .ldw = K,
+             .y = y.raw(),
+             .ldy = y.stride(0),
+             .ab_type = CUDA_R_8F_E4M3,
+             .y_type = CUDA_R_16BF,
+             .accumulate = accumulate,
+             .block_scaled = true,
+             .x_scale = xs,
+             .w_scale = scale.data<float>()};
+  Tensor padded;
+  if (cublaslt_tokens(T) && K % 128 == 0 && lt_linear_supported(p)) {
+    t_lead = p.m;
+    // cuBLASLt wants each row of 128x128 block scales padded to a multiple of 4 floats; the
+    // checkpoint rows are ceil(K/128) long, so only K not a multiple of 512 needs the copy.
+    if (KB % 4 != 0) {
+      padded = Tensor::empty({NB, round_up(KB, 4)}, DType::kF32, MemTag::kWorkspace, alloc);
+      mls::cuda::check(kernels::launch_pad_scale_rows(scale.data<float>(), NB, KB, round_up(KB, 4),
+                                                      padded.data<float>(), stream),
+                       "linear: pad FP8 weight scales");
+      p.w_scale = padded.data<float>();
+    }
+  }
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(x.raw(), lead(x, T, K), T, K, ldq, t_lead, q, xs, stream),
+      "linear: FP8 activation quantisation");
+  if (t_lead > 0) lt_linear(p);
+  if (t_lead == T) return;
+  const GemmScratch scratch = gemm_scratch();
+  const int64_t ldy = lead(y, T, N);
+  const kernels::Fp8GemmArgs a{
+      .w = w.data<uint8_t>(),
+      .w_scale = scale.data<float>(),
+      .xq = q + t_lead * ldq,
+      .ldq = ldq,
+      .x_scale = xs + KB * t_lead,
+      .x_scale_ld = T - t_lead,
+      .y = static_cast<char*>(y.raw()) + t_lead * ldy * static_cast<int64_t>(sizeof(uint16_t)),
+      .ldy = ldy,
+      .N = N,
+      .K = K,
+      .T = T - t_lead,
+      .accumulate = accumulate,
+      .partial = scratch.partial,
+      .partial_bytes = scratch.partial_bytes,
+      .counters = scratch.counters,
+      .num_counters = scratch.num_counters,
+      .num_sms = scratch.num_sms};
+  mls::cuda::check(kernels::launch_fp8_gemm_skinny(a, stream), "linear: FP8 GEMM");
+}
+
+}  // namespace
+
+void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
+  if (x.ndim() != 2 || w.ndim() != 2 || y.ndim() != 2 || x.dim(1) != w.dim(1) ||
+      y.dim(0) != x.dim(0) || y.dim(1) != w.dim(0) || x.stride(1) != 1 || y.stride(1) != 1 ||
+      !w.is_contiguous() || (x.dim(0) > 1 && (x.stride(0) < x.dim(1) || y.stride(0) < y.dim(1))))
+    raise<ShapeError>("linear: x {} · W {}ᵀ -> y {} does not fit", x.str(), w.str(), y.str());
+  const bool fp8 = w.dtype() == DType::kFP8E4M3;
+  if (x.dtype() != DType::kBF16 || (w.dtype() != DType::kBF16 && !fp8) ||
+      (y.dtype() != DType::kBF16 && y.dtype() != DType::kF32) || (fp8 && !w.block_scale()))
+    raise<ShapeError>(
+        "linear on the GPU takes bf16 x, bf16 or block-scaled FP8 W and bf16 or f32 y, got x {} "
+        "W {} y {}",
+        x.str(), w.str(), y.str());
+  check_devices("linear", x, w, y);
+  const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
+  if (T == 0 || N == 0) return;
+  if (K == 0) {
+    if (!accumulate) zero_rows(y, T, N);
+    return;
+  }
+  if (fp8) return linear_fp8(x, w, y, accumulate);
+  lt_linear({.m = T,
+             .n = N,
+             .k = K,
+             .x = x.raw(),
+             .ldx = lead(x, T, K),
+             .w = w.raw(),
+             .ldw = K,
+             .y = y.raw(),
+             .ldy = lead(y, T, N),
+             .ab_type = CUDA_R_16BF,
+             .y_type = out_type(y.dtype()),
+             .accumulate = accumulate});
+}
+
+void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
+  if (x.ndim() != 3 || w.ndim() != 3 || y.ndim() != 3 || x.dim(1) != w.dim(0) ||
+      y.dim(1) != w.dim(0) || x.dim(0) != y.dim(0) || x.dim(2) != w.dim(2) ||
+      y.dim(2) != w.dim(1) || x.stride(2) != 1 || w.stride(2) != 1 || y.stride(2) != 1 ||
+      (w.dim(1) > 1 && w.stride(1) < w.dim(2)) ||
+      (x.dim(0) > 1 && (x.stride(0) < x.dim(2) || y.stride(0) < y.dim(2))))
+    raise<ShapeError>("linear_batched: x {} · W {}ᵀ -> y {} does not fit", x.str(), w.str(),
+                      y.str());
+  if (x.dtype() != DType::kBF16 || w.dtype() != DType::kBF16 ||
+      (y.dtype() != DType::kBF16 && y.dtype() != DType::kF32))
+    raise<ShapeError>(
+        "linear_batched on the GPU takes bf16 x and W and bf16 or f32 y, got x {} W {} y {}",
+        x.str(), w.str(), y.str());
+  check_devices("linear_batched", x, w, y);
+  const int64_t T = x.dim(0), B = w.dim(0), N = w.dim(1), K = w.dim(2);
+  if (T == 0 || B == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t b = 0; b < B; ++b) {
+      Tensor yb = y.select(1, b);
+      zero_rows(yb, T, N);
+    }
+    return;
+  }
+  lt_linear({.m = T,
+             .n = N,
+             .k = K,
+             .batch = B,
+             .x = x.raw(),
+             .ldx = lead(x, T, K),
+             .batch_stride_x = x.stride(1),
+             .w = w.raw(),
+             .ldw = N == 1 ? std::max(w.stride(1), K) : w.stride(1),
+             .batch_stride_w = w.stride(0),
+             .y = y.raw(),
+             .ldy = lead(y, T, N),
+             .batch_stride_y = y.stride(1),
+             .ab_type = CUDA_R_16BF,
+             .y_type = out_type(y.dtype())});
+}
+
+}  // namespace mls::ops::cuda

@@ -1,0 +1,314 @@
+// The CUDA linear ops against the CPU ones on the same bf16-rounded inputs. Tolerances:
+// - bf16 output: each element is the fp32 result rounded to bf16 (relative error <= 2^-9, about
+//   1.1e-3 rms over random data), so rel-L2 <= 4e-3; f32 output only differs by the fp32
+//   summation order (~1e-6 relative at these K), so rel-L2 <= 2e-5.
+// - FP8 weights: x is quantised per token and 128-group to e4m3 (3 mantissa bits: relative
+//   rounding error up to 2^-4, about 0.025 rms), which passes straight into y, so against the
+//   CPU product of the dequantised W and the unquantised x the bound is rel-L2 <= 0.06. Against
+//   a host emulation of that quantisation the only differences left are fp32 summation order and
+//   the bf16 output rounding: rel-L2 <= 4e-3, which a misplaced or missing scale cannot meet.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/cuda/cublaslt_gemm.h"
+#include "ops/cuda/test_util.h"
+#include "ops/linear.h"
+
+namespace mls::ops::test {
+namespace {
+
+constexpr double kBf16OutTol = 4e-3;
+constexpr double kF32OutTol = 2e-5;
+constexpr double kFp8VsExactTol = 0.06;
+constexpr double kFp8VsEmulatedTol = 4e-3;
+
+float* f(Tensor& t) {
+  return t.data<float>();
+}
+const float* f(const Tensor& t) {
+  return t.data<float>();
+}
+
+// Host f32 values rounded through bf16, as the GPU sees them.
+Tensor round_bf16(const Tensor& t) {
+  Tensor r = Tensor::empty(t.shape(), DType::kF32, MemTag::kActivation);
+  for (int64_t i = 0; i < t.numel(); ++i) f(r)[i] = bf16_to_f32(f32_to_bf16(f(t)[i]));
+  return r;
+}
+
+// Columns [c0, c0 + n) of a host f32 matrix [rows, cols], contiguous.
+Tensor cols_of(const Tensor& t, int64_t c0, int64_t n) {
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  Tensor r = Tensor::empty({rows, n}, DType::kF32, MemTag::kActivation);
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(f(r) + i * n, f(t) + i * cols + c0, n * sizeof(float));
+  return r;
+}
+
+struct LinearCase {
+  int64_t T, in, out;
+  bool accumulate = false;
+  bool strided = false;  // x and y as column windows of wider matrices
+  DType y_dtype = DType::kBF16;
+};
+
+// Runs the CUDA linear on (views of) uploads of x, y0 and W, returns y as host f32 and checks
+// that a strided y's columns outside the window are untouched.
+Tensor run_linear(const LinearCase& c, const Tensor& x, const Tensor& y0, const Tensor& w_dev) {
+  const int64_t xpad = c.strided ? 48 : 0, ypad = c.strided ? 24 : 0;
+  const int64_t xoff = xpad / 2, yoff = ypad / 2;
+  Tensor xw = random_cpu({c.T, c.in + xpad}, 91);
+  Tensor yw = random_cpu({c.T, c.out + ypad}, 92);
+  for (int64_t i = 0; i < c.T; ++i) {
+    std::memcpy(f(xw) + i * (c.in + xpad) + xoff, f(x) + i * c.in, c.in * sizeof(float));
+    std::memcpy(f(yw) + i * (c.out + ypad) + yoff, f(y0) + i * c.out, c.out * sizeof(float));
+  }
+  Tensor xw_dev = to_gpu(xw);
+  Tensor yw_dev = to_gpu(yw, c.y_dtype);
+  Tensor x_dev = xw_dev.narrow(1, xoff, c.in);
+  Tensor y_dev = yw_dev.narrow(1, yoff, c.out);
+  ops::linear(x_dev, w_dev, y_dev, c.accumulate);
+  Tensor got = to_cpu(yw_dev);
+  if (c.strided) {
+    const Tensor before = c.y_dtype == DType::kBF16 ? round_bf16(yw) : yw;
+    int64_t changed = 0;
+    for (int64_t i = 0; i < c.T; ++i)
+      for (int64_t j = 0; j < c.out + ypad; ++j) {
+        const int64_t e = i * (c.out + ypad) + j;
+        if ((j < yoff || j >= yoff + c.out) && f(got)[e] != f(before)[e]) ++changed;
+      }
+    EXPECT_EQ(changed, 0) << "elements outside y's column window changed";
+  }
+  return cols_of(got, yoff, c.out);
+}
+
+Tensor cpu_linear(const Tensor& x, const Tensor& w, const Tensor& y0, bool accumulate) {
+  Tensor y = Tensor::empty({x.dim(0), w.dim(0)}, DType::kF32, MemTag::kActivation);
+  std::memcpy(f(y), f(y0), y.nbytes());
+  cpu::linear(x, w, y, accumulate);
+  return y;
+}
+
+TEST(LinearCuda, Bf16MatchesCpu) {
+  MLS_REQUIRE_GPU();
+  const std::vector<LinearCase> cases = {
+      {.T = 1, .in = 2048, .out = 7168},
+      {.T = 37, .in = 384, .out = 200},
+      {.T = 64, .in = 7168, .out = 2048},
+      {.T = 512, .in = 1024, .out = 768},
+      {.T = 5, .in = 96, .out = 100},  // rows of y 200 bytes apart: 8-byte aligned only
+      {.T = 37, .in = 512, .out = 576, .accumulate = true},
+      {.T = 1, .in = 640, .out = 320, .strided = true},
+      {.T = 37, .in = 640, .out = 320, .accumulate = true, .strided = true},
+      {.T = 37, .in = 512, .out = 256, .y_dtype = DType::kF32},  // router logits
+      {.T = 3, .in = 256, .out = 1000, .accumulate = true, .strided = true, .y_dtype = DType::kF32},
+  };
+  uint32_t seed = 1;
+  for (const LinearCase& c : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << "T " << c.T << " in " << c.in << " out " << c.out << " acc " << c.accumulate
+                 << " strided " << c.strided << " y " << dtype_name(c.y_dtype));
+    const Tensor x = round_bf16(random_cpu({c.T, c.in}, seed++));
+    const Tensor w = round_bf16(random_cpu({c.out, c.in}, seed++, 0.05f));
+    Tensor y0 = random_cpu({c.T, c.out}, seed++);
+    if (c.y_dtype == DType::kBF16) y0 = round_bf16(y0);
+    const Tensor got = run_linear(c, x, y0, to_gpu(w));
+    const Tensor want = cpu_linear(x, w, y0, c.accumulate);
+    EXPECT_LE(rel_l2(got, want), c.y_dtype == DType::kBF16 ? kBf16OutTol : kF32OutTol);
+  }
+}
+
+TEST(LinearCuda, ZeroTokensAndEmptyReduction) {
+  MLS_REQUIRE_GPU();
+  Tensor w = to_gpu(random_cpu({64, 32}, 5));
+  Tensor x0 = to_gpu(random_cpu({0, 32}, 6));
+  Tensor y0 = to_gpu(random_cpu({0, 64}, 7));
+  ops::linear(x0, w, y0, false);  // nothing to do, nothing to fail
+
+  Tensor wk = to_gpu(random_cpu({64, 0}, 8));
+  Tensor xk = to_gpu(random_cpu({3, 0}, 9));
+  Tensor yk = to_gpu(random_cpu({3, 64}, 10));
+  ops::linear(xk, wk, yk, false);
+  const Tensor got = to_cpu(yk);
+  for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(f(got)[i], 0.0f);
+}
+
+TEST(LinearCuda, RejectsMisfits) {
+  // Shape checks come before any device work, so this runs without a GPU too.
+  Tensor x = Tensor::empty({4, 32}, DType::kBF16, MemTag::kActivation);
+  Tensor w = Tensor::empty({16, 48}, DType::kBF16, MemTag::kActivation);
+  Tensor y = Tensor::empty({4, 16}, DType::kBF16, MemTag::kActivation);
+  EXPECT_THROW(cuda::linear(x, w, y, false), ShapeError);
+  Tensor w8 = Tensor::empty({16, 32}, DType::kFP8E4M3, MemTag::kActivation);
+  EXPECT_THROW(cuda::linear(x, w8, y, false), ShapeError);  // FP8 without block scales
+  Tensor xb = Tensor::empty({4, 2, 32}, DType::kBF16, MemTag::kActivation);
+  Tensor wb = Tensor::empty({3, 16, 32}, DType::kBF16, MemTag::kActivation);
+  Tensor yb = Tensor::empty({4, 2, 16}, DType::kBF16, MemTag::kActivation);
+  EXPECT_THROW(cuda::linear_batched(xb, wb, yb), ShapeError);
+}
+
+// Per-head products through head-strided weight views, as MLA's absorbed attention uses them.
+TEST(LinearCuda, BatchedMatchesCpuLoop) {
+  MLS_REQUIRE_GPU();
+  struct Case {
+    int64_t T, H, dn, dv, r;
+  };
+  for (const Case c :
+       {Case{1, 4, 32, 48, 64}, Case{37, 16, 192, 256, 512}, Case{130, 8, 64, 128, 256}}) {
+    SCOPED_TRACE(testing::Message() << "T " << c.T << " H " << c.H << " r " << c.r);
+    // o_h = o_lat_h · W_UVᵀ with W_UV the last dv rows of each head's block of kv_b_proj.
+    const Tensor kv_b = round_bf16(random_cpu({c.H * (c.dn + c.dv), c.r}, 21, 0.05f));
+    const Tensor o_lat = round_bf16(random_cpu({c.T, c.H, c.r}, 22));
+    const Tensor w_uv = kv_b.view({c.H, c.dn + c.dv, c.r}).narrow(1, c.dn, c.dv);
+    Tensor want = Tensor::empty({c.T, c.H, c.dv}, DType::kF32, MemTag::kActivation);
+    cpu::linear_batched(o_lat, w_uv, want);
+
+    Tensor kv_b_dev = to_gpu(kv_b);
+    Tensor o_dev = Tensor::empty({c.T, c.H, c.dv}, DType::kBF16, MemTag::kActivation, gpu());
+    ops::linear_batched(to_gpu(o_lat), kv_b_dev.view({c.H, c.dn + c.dv, c.r}).narrow(1, c.dn, c.dv),
+                        o_dev);
+    EXPECT_LE(rel_l2(to_cpu(o_dev), want), kBf16OutTol);
+
+    // q_lat_c = q_nope · W_UK per head, written into a column window of a wider q_lat, from a
+    // column window of q (strided x and y).
+    const Tensor w_uk_t = round_bf16(random_cpu({c.H, c.r, c.dn}, 23, 0.05f));
+    const Tensor q = round_bf16(random_cpu({c.T, c.H, c.dn + 16}, 24));
+    Tensor want2 = Tensor::empty({c.T, c.H, c.r}, DType::kF32, MemTag::kActivation);
+    cpu::linear_batched(q.narrow(2, 0, c.dn), w_uk_t, want2);
+    Tensor q_lat = Tensor::zeros({c.T, c.H, c.r + 16}, DType::kBF16, MemTag::kActivation, gpu());
+    Tensor q_lat_c = q_lat.narrow(2, 0, c.r);
+    ops::linear_batched(to_gpu(q).narrow(2, 0, c.dn), to_gpu(w_uk_t), q_lat_c);
+    const Tensor got2 = to_cpu(q_lat);
+    Tensor got2_c = Tensor::empty({c.T, c.H, c.r}, DType::kF32, MemTag::kActivation);
+    for (int64_t i = 0; i < c.T * c.H; ++i) {
+      std::memcpy(f(got2_c) + i * c.r, f(got2) + i * (c.r + 16), c.r * sizeof(float));
+      for (int64_t j = c.r; j < c.r + 16; ++j) ASSERT_EQ(f(got2)[i * (c.r + 16) + j], 0.0f);
+    }
+    EXPECT_LE(rel_l2(got2_c, want2), kBf16OutTol);
+  }
+}
+
+// A block-FP8 weight as a checkpoint stores it: e4m3 values and one f32 scale per 128x128 block
+// (amax / 448, like DeepSeek's weight_scale_inv), plus its dequantised f32 value.
+struct Fp8Weight {
+  Tensor q;      // host e4m3 [out, in]
+  Tensor scale;  // host f32 [ceil(out/128), ceil(in/128)]
+  Tensor deq;    // host f32 [out, in]
+};
+
+Fp8Weight make_fp8_weight(int64_t out, int64_t in, uint32_t seed) {
+  Tensor w = random_cpu({out, in}, seed, 0.05f);
+  const int64_t NB = (out + 127) / 128, KB = (in + 127) / 128;
+  // Blocks of very different magnitudes, so a scale applied to the wrong block shows.
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j)
+      f(w)[i * in + j] *= std::ldexp(1.0f, static_cast<int>((i / 128 * 3 + j / 128 * 5) % 7) - 3);
+  Fp8Weight r{Tensor::empty({out, in}, DType::kFP8E4M3, MemTag::kWeights),
+              Tensor::empty({NB, KB}, DType::kF32, MemTag::kWeights),
+              Tensor::empty({out, in}, DType::kF32, MemTag::kWeights)};
+  for (int64_t bi = 0; bi < NB; ++bi)
+    for (int64_t bj = 0; bj < KB; ++bj) {
+      float amax = 0.0f;
+      for (int64_t i = bi * 128; i < std::min(out, bi * 128 + 128); ++i)
+        for (int64_t j = bj * 128; j < std::min(in, bj * 128 + 128); ++j)
+          amax = std::max(amax, std::fabs(f(w)[i * in + j]));
+      const float s = amax / 448.0f;
+      f(r.scale)[bi * KB + bj] = s;
+      for (int64_t i = bi * 128; i < std::min(out, bi * 128 + 128); ++i)
+        for (int64_t j = bj * 128; j < std::min(in, bj * 128 + 128); ++j) {
+          const uint8_t q = f32_to_fp8e4m3(f(w)[i * in + j] / s);
+          r.q.data<uint8_t>()[i * in + j] = q;
+          f(r.deq)[i * in + j] = fp8e4m3_to_f32(q) * s;
+        }
+    }
+  return r;
+}
+
+Tensor upload_fp8(const Fp8Weight& w) {
+  Tensor dev = to_gpu(w.q, DType::kFP8E4M3);
+  dev.set_block_scale(to_gpu(w.scale, DType::kF32));
+  return dev;
+}
+
+// The activation quantisation the GPU applies, emulated: per token and 128-group along K,
+// scale = amax / 448 (1 for an all-zero group), x ≈ e4m3(x / scale) · scale.
+Tensor emulate_act_quant(const Tensor& x) {
+  const int64_t T = x.dim(0), K = x.dim(1);
+  Tensor r = Tensor::empty(x.shape(), DType::kF32, MemTag::kActivation);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k0 = 0; k0 < K; k0 += 128) {
+      const int64_t k1 = std::min(K, k0 + 128);
+      float amax = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(f(x)[t * K + k]));
+      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+      for (int64_t k = k0; k < k1; ++k)
+        f(r)[t * K + k] = fp8e4m3_to_f32(f32_to_fp8e4m3(f(x)[t * K + k] / s)) * s;
+    }
+  return r;
+}
+
+TEST(LinearCuda, Fp8BlockScaledMatchesCpu) {
+  MLS_REQUIRE_GPU();
+  // Paths: up to 8 tokens, or up to 32 not divisible by 4, our weight-streaming kernel (split-K
+  // at small N); otherwise the leading multiple of 4 tokens through cuBLASLt's block-scaled GEMM
+  // and the rest through ours; `in` not a multiple of 128 (or of 16) always ours.
+  const std::vector<LinearCase> cases = {
+      {.T = 1, .in = 7168, .out = 2048},    // decode, split-K
+      {.T = 4, .in = 2048, .out = 7168},    // decode, wide
+      {.T = 16, .in = 512, .out = 576},     // cuBLASLt, kv_b-like
+      {.T = 29, .in = 6144, .out = 320},    // ours, 2 token groups; out not a multiple of 128
+      {.T = 37, .in = 7168, .out = 2048},   // cuBLASLt 36 + ours 1
+      {.T = 64, .in = 6144, .out = 320},    // cuBLASLt, partial last row block
+      {.T = 40, .in = 384, .out = 200},     // cuBLASLt, scale rows padded 3 -> 4
+      {.T = 130, .in = 1024, .out = 1000},  // cuBLASLt 128 + ours 2
+      {.T = 256, .in = 2048, .out = 1536},  // cuBLASLt
+      {.T = 3, .in = 96, .out = 100},       // in < 128
+      {.T = 33, .in = 200, .out = 72},      // ours, 3 token groups; in not a multiple of 16
+      {.T = 5, .in = 198, .out = 130},      // x rows not 8-byte aligned: scalar quantiser loads
+      {.T = 2, .in = 2048, .out = 1024, .accumulate = true, .strided = true},
+      {.T = 68, .in = 2048, .out = 1024, .accumulate = true, .strided = true},
+      {.T = 70, .in = 640, .out = 384, .accumulate = true},  // cuBLASLt 68 + ours 2
+  };
+  uint32_t seed = 100;
+  for (const LinearCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << "T " << c.T << " in " << c.in << " out " << c.out << " acc "
+                                    << c.accumulate << " strided " << c.strided);
+    const Fp8Weight w = make_fp8_weight(c.out, c.in, seed++);
+    const Tensor x = round_bf16(random_cpu({c.T, c.in}, seed++));
+    const Tensor y0 = round_bf16(random_cpu({c.T, c.out}, seed++));
+    const Tensor got = run_linear(c, x, y0, upload_fp8(w));
+    const double exact = rel_l2(got, cpu_linear(x, w.deq, y0, c.accumulate));
+    const double emulated = rel_l2(got, cpu_linear(emulate_act_quant(x), w.deq, y0, c.accumulate));
+    EXPECT_LE(exact, kFp8VsExactTol);
+    EXPECT_LE(emulated, kFp8VsEmulatedTol);
+  }
+}
+
+// Split-K partials are summed in a fixed order by the last CTA of each tile: repeated calls
+// give the same bits (and leave the tile counters ready for the next call).
+TEST(LinearCuda, Fp8DecodeIsDeterministic) {
+  MLS_REQUIRE_GPU();
+  const Fp8Weight w = make_fp8_weight(576, 6144, 7);
+  Tensor w_dev = upload_fp8(w);
+  Tensor x = to_gpu(random_cpu({3, 6144}, 8));
+  Tensor y1 = Tensor::empty({3, 576}, DType::kBF16, MemTag::kActivation, gpu());
+  Tensor y2 = Tensor::empty({3, 576}, DType::kBF16, MemTag::kActivation, gpu());
+  ops::linear(x, w_dev, y1);
+  ops::linear(x, w_dev, y2);
+  const Tensor a = to_cpu(y1), b = to_cpu(y2);
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+}
+
+TEST(LinearCuda, WorkspaceIsAConstant) {
+  EXPECT_EQ(cuda::gemm_workspace_bytes(), 32LL << 20);
+}
+
+}  // namespace
+}  // namespace mls::ops::test

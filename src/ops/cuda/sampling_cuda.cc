@@ -1,0 +1,57 @@
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda_context.h"
+#include "ops/cuda/sampling_kernels.h"
+#include "ops/sampling.h"
+
+namespace mls::ops::cuda {
+
+void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor& ids,
+                 Tensor& logprobs) {
+  const auto R = static_cast<int64_t>(rows.size());
+  if (logits.ndim() != 2 || logits.dim(0) != R || logits.stride(1) != 1 || ids.ndim() != 1 ||
+      ids.dim(0) != R || logprobs.ndim() != 1 || logprobs.dim(0) != R)
+    raise<ShapeError>("sample_rows: logits {} ids {} logprobs {} for {} rows", logits.str(),
+                      ids.str(), logprobs.str(), R);
+  if (logits.dtype() != DType::kF32 || ids.dtype() != DType::kI32 ||
+      logprobs.dtype() != DType::kF32)
+    raise<ShapeError>("sample_rows: logits {} and logprobs {} must be f32, ids {} i32",
+                      logits.str(), logprobs.str(), ids.str());
+  if (logits.device().is_cpu() || logits.device() != ids.device() ||
+      logprobs.device() != ids.device())
+    raise<ShapeError>(
+        "sample_rows: logits on {}, ids on {}, logprobs on {}: all must be on one GPU",
+        logits.device().str(), ids.device().str(), logprobs.device().str());
+  const int64_t V = logits.dim(1);
+  if (R == 0) return;
+  if (V == 0 || V > kernels::kSampleMaxVocab)
+    raise<Unsupported>("sample_rows on the GPU: a vocabulary of {} (1..{} supported)", V,
+                       kernels::kSampleMaxVocab);
+  kernels::SampleArgs a{};
+  a.stride = logits.stride(0);
+  a.V = static_cast<int>(V);
+  a.ids_stride = ids.stride(0);
+  a.lp_stride = logprobs.stride(0);
+  for (int64_t first = 0; first < R; first += kernels::kSampleRowsPerLaunch) {
+    a.R = static_cast<int>(std::min<int64_t>(kernels::kSampleRowsPerLaunch, R - first));
+    a.logits = logits.data<float>() + first * a.stride;
+    a.ids = ids.data<int32_t>() + first * a.ids_stride;
+    a.logprobs = logprobs.data<float>() + first * a.lp_stride;
+    for (int i = 0; i < a.R; ++i) {
+      const RowSampling& p = rows[first + i];
+      kernels::SampleRow& k = a.rows[i];
+      k.greedy = p.temperature <= 0;
+      // Any top_k at or above V leaves every candidate in, as the CPU op does.
+      k.top_k = p.top_k > 0 && p.top_k < V ? static_cast<int32_t>(p.top_k) : 0;
+      k.inv_t = k.greedy ? 0.0f : static_cast<float>(1.0 / p.temperature);
+      k.min_p = static_cast<float>(p.min_p);
+      k.top_p = p.top_p;
+      // The CPU op's draw_target: r = u · 2^53, clamped below 2^53.
+      k.r = static_cast<uint64_t>(std::clamp(p.uniform * 0x1p53, 0.0, 0x1p53 - 1));
+    }
+    mls::cuda::check(kernels::launch_sample_rows(a, mls::cuda::stream()), "sample_rows");
+  }
+}
+
+}  // namespace mls::ops::cuda

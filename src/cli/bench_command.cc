@@ -100,7 +100,9 @@ LayerTypeTimes profile_step(ModelRunner& runner, const ForwardBatch& batch, cons
   const io::ModelConfig& c = runner.config();
   std::vector<std::pair<std::string, Clock::time_point>> marks;
   const Clock::time_point start = Clock::now();
-  runner.forward(batch, [&](std::string_view name, const Tensor&) {
+  // Greedy draws on the device, as the timed steps make them.
+  const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
+  runner.forward_sample(batch, greedy, [&](std::string_view name, const Tensor&) {
     synchronize(device);
     marks.emplace_back(name, Clock::now());
   });
@@ -109,7 +111,7 @@ LayerTypeTimes profile_step(ModelRunner& runner, const ForwardBatch& batch, cons
   t.tokens = batch.num_tokens();
   Clock::time_point prev = start;
   // Each interval belongs to the intermediate that ends it; final_norm and what follows it
-  // (lm_head, the logits' gather and copy to the host) are the head.
+  // (lm_head, the logits' gather, the draw and the ids' copy to the host) are the head.
   for (const auto& [name, at] : marks) {
     const double dt = seconds(at - prev);
     prev = at;

@@ -29,7 +29,6 @@ struct ModelRunner::Rank {
   std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Model> model;
   KvCache kv;
-  Tensor result;
 
   std::thread worker;
   std::mutex mu;
@@ -175,7 +174,8 @@ void ModelRunner::release_kv_cache() {
   block_size_ = 0;
 }
 
-Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {
+void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observer,
+                       const std::function<void(Rank&, Tensor&)>& finish) {
   if (num_blocks_ == 0) raise<InternalError>("forward before allocate_kv_cache");
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= config().vocab_size)
@@ -185,31 +185,30 @@ Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& ob
     // gathered from all ranks' shards, a collective every rank must join.
     const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
     Tensor logits = r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
-    if (r.index != 0) return;
-    if (r.device.is_cpu() || !logits.raw()) {
-      r.result = std::move(logits);
+    if (r.index == 0 && logits.raw()) finish(r, logits);
+  });
+}
+
+Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {
+  Tensor result;
+  step(batch, observer, [&](Rank& r, Tensor& logits) {
+    if (r.device.is_cpu()) {
+      result = std::move(logits);
       return;
     }
     // Device logits come back to host memory (the engine samples on the host).
-    r.result = Tensor::empty(logits.shape(), DType::kF32, MemTag::kActivation, default_allocator());
-    ops::copy(logits, r.result);
+    result = Tensor::empty(logits.shape(), DType::kF32, MemTag::kActivation, default_allocator());
+    ops::copy(logits, result);
   });
-  Tensor logits = std::move(ranks_[0]->result);
-  for (auto& r : ranks_) r->result = Tensor();
-  return logits;
+  return result;
 }
 
 SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
-                                        const std::vector<ops::RowSampling>& rows) {
-  if (num_blocks_ == 0) raise<InternalError>("forward before allocate_kv_cache");
-  for (int32_t id : batch.token_ids)
-    if (id < 0 || id >= config().vocab_size)
-      raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config().vocab_size);
+                                        const std::vector<ops::RowSampling>& rows,
+                                        const ForwardObserver& observer) {
   const auto R = static_cast<int64_t>(rows.size());
   SampledRows out{std::vector<int32_t>(R), std::vector<float>(R)};
-  run_on_all_ranks([&](Rank& r) {
-    Tensor logits = r.model->forward(batch, r.kv, nullptr);
-    if (r.index != 0 || !logits.raw()) return;
+  step(batch, observer, [&](Rank& r, Tensor& logits) {
     Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
     Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
     if (r.device.is_cpu()) return ops::sample_rows(logits, rows, ids, logprobs);

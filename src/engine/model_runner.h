@@ -59,7 +59,8 @@ class ModelRunner {
   Tensor forward(const ForwardBatch& batch, const ForwardObserver& observer = nullptr);
   // forward(), then rank 0 draws one token per logits row (rows[r] for row r) where the logits
   // are (ops::sample_rows): only ids and logprobs come back to the host.
-  SampledRows forward_sample(const ForwardBatch& batch, const std::vector<ops::RowSampling>& rows);
+  SampledRows forward_sample(const ForwardBatch& batch, const std::vector<ops::RowSampling>& rows,
+                             const ForwardObserver& observer = nullptr);
 
   // Per rank, device memory in use that no tracked allocator accounts for (CUDA context,
   // library handles, NCCL buffers): used − pool reserved, measured now. Zeros on the CPU.
@@ -68,6 +69,9 @@ class ModelRunner {
  private:
   struct Rank;
   void run_on_all_ranks(const std::function<void(Rank&)>& fn);
+  // One forward on every rank; `finish` runs on rank 0's thread with its logits.
+  void step(const ForwardBatch& batch, const ForwardObserver& observer,
+            const std::function<void(Rank&, Tensor&)>& finish);
   void stop_workers();
 
   std::vector<std::unique_ptr<Rank>> ranks_;

@@ -61,7 +61,7 @@ int64_t StepContext::index_elems(const ForwardBatch& b, int64_t local_rows) {
 
 StepContext::StepContext(const ForwardBatch& b, int64_t bs, int64_t first_row, int64_t local_rows,
                          Allocator& a)
-    : batch(&b), block_size(bs), alloc(&a) {
+    : block_size(bs), alloc(&a) {
   const int64_t N = b.num_tokens(), S = static_cast<int64_t>(b.seqs.size());
   const int64_t max_blocks = max_blocks_of(b, bs), R = b.num_logit_rows();
   // Host staging in the device buffers' layout: positions, slots, token_seq, index_row_len,
@@ -78,7 +78,7 @@ StepContext::StepContext(const ForwardBatch& b, int64_t bs, int64_t first_row, i
   int64_t row = 0, r = 0;
   for (int64_t s = 0; s < S; ++s) {
     const SequenceChunk& sc = b.seqs[s];
-    seq_start.push_back(row);
+    const int64_t seq_start = row;
     const int64_t total = sc.num_cached + sc.num_new;
     const int64_t need_blocks = (total + bs - 1) / bs;
     if (static_cast<int64_t>(sc.block_table.size()) < need_blocks)
@@ -97,7 +97,7 @@ StepContext::StepContext(const ForwardBatch& b, int64_t bs, int64_t first_row, i
     int64_t first = sc.num_new, count = 0;
     if (sc.logits == SequenceChunk::Logits::kAll) first = 0, count = sc.num_new;
     if (sc.logits == SequenceChunk::Logits::kLast) first = sc.num_new - 1, count = 1;
-    for (int64_t i = 0; i < count; ++i) logit[r++] = static_cast<int32_t>(seq_start[s] + first + i);
+    for (int64_t i = 0; i < count; ++i) logit[r++] = static_cast<int32_t>(seq_start + first + i);
   }
   if (row != N) raise<InternalError>("batch lists {} tokens but its sequences cover {}", N, row);
   for (int64_t i = 0; i < local_rows; ++i)

@@ -32,11 +32,9 @@ struct ModelConstants {
 DType activation_dtype(Device device);
 
 struct StepContext {
-  const ForwardBatch* batch = nullptr;
   int64_t block_size = 0;
   Allocator* alloc = nullptr;
-  int64_t max_keys = 0;            // longest key range (or DSA prompt row) of any token
-  std::vector<int64_t> seq_start;  // first token row of each sequence (host)
+  int64_t max_keys = 0;  // longest key range (or DSA prompt row) of any token
   // On the step's device, i32, views into one buffer (block tables apart, tag workspace):
   Tensor positions;      // [N] position of each new token
   Tensor slots;          // [N] cache slot of each new token

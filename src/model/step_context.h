@@ -4,8 +4,6 @@
 // reach the device in one copy, so no kernel of the step ever waits on the host.
 #pragma once
 
-#include <vector>
-
 #include "core/tensor.h"
 #include "io/model_config.h"
 #include "model/forward_batch.h"

@@ -1,7 +1,8 @@
 // Per-forward facts shared by every layer: token positions, cache slots, the paged-cache
 // addressing of every sequence, and the constants derived once from the config (RoPE tables,
 // scales, local sizes, the compute dtype). The per-step index tables are built on the host and
-// reach the device in one copy, so no kernel of the step ever waits on the host.
+// reach the device in two copies (the tables, and the block tables apart), queued before the
+// step's kernels, which never wait on the host.
 #pragma once
 
 #include "core/tensor.h"

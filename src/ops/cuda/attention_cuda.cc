@@ -3,18 +3,9 @@
 #include "core/cuda_context.h"
 #include "ops/attention.h"
 #include "ops/cuda/attention_kernels.h"
+#include "ops/cuda/paged_keys_cuda.h"
 
 namespace mls::ops::cuda {
-namespace {
-
-void check_index(const char* what, const Tensor* t, int64_t rows, const Tensor& out) {
-  if (t->dtype() != DType::kI32 || t->device() != out.device())
-    raise<ShapeError>("attention: {} {} must be i32 on {}", what, t->str(), out.device().str());
-  if (rows >= 0 && (t->numel() != rows || !t->is_contiguous()))
-    raise<ShapeError>("attention: {} {} must be contiguous [{}]", what, t->str(), rows);
-}
-
-}  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
                const AttentionArgs& args, Tensor& out) {
@@ -31,7 +22,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     if (t->dtype() != DType::kBF16 || t->device().is_cpu() || t->device() != out.device())
       raise<ShapeError>("attention: q {} k {} v {} out {} must be bf16 on one GPU", q.str(),
                         k.str(), v.str(), out.str());
-  check_index("q_pos", &q_pos, T, out);
+  check_index("attention", "q_pos", q_pos, T, out);
 
   kernels::AttentionParams p;
   p.q = q.raw();
@@ -55,36 +46,13 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   p.Dv = static_cast<int>(Dv);
   p.scale = args.scale;
   if (const Tensor* a = args.allowed) {
-    check_index("allowed", a, -1, out);
+    check_index("attention", "allowed", *a, -1, out);
     if (a->ndim() != 2 || a->dim(0) != T || !a->is_contiguous())
       raise<ShapeError>("attention: allowed {} must be contiguous [{}, K]", a->str(), T);
     p.allowed = a->data<int32_t>();
     p.allowed_k = a->dim(1);
   }
-  const PagedKeys& pg = args.pages;
-  if (pg.block_tables) {
-    const Tensor& bt = *pg.block_tables;
-    check_index("block_tables", &bt, -1, out);
-    if (bt.ndim() != 2 || bt.stride(1) != 1)
-      raise<ShapeError>(
-          "attention: block_tables {} must be [num_seqs, max_blocks] with unit "
-          "inner stride",
-          bt.str());
-    if (!pg.token_seq) raise<ShapeError>("attention: paged keys need token_seq");
-    check_index("token_seq", pg.token_seq, T, out);
-    if (pg.block_size < 1 || pg.max_keys < 1)
-      raise<ShapeError>("attention: paged keys need block_size ({}) and max_keys ({}) >= 1",
-                        pg.block_size, pg.max_keys);
-    p.block_tables = bt.data<int32_t>();
-    p.bt_ld = bt.stride(0);
-    p.num_seqs = bt.dim(0);
-    p.max_blocks = bt.dim(1);
-    p.token_seq = pg.token_seq->data<int32_t>();
-    p.block_size = pg.block_size;
-    p.key_bound = std::min(pg.max_keys, bt.dim(1) * pg.block_size);
-  } else {
-    p.key_bound = k.dim(0);
-  }
+  set_pages("attention", args.pages, T, k.dim(0), out, p);
   if (T == 0) return;
 
   size_t floats = 0;

@@ -2,6 +2,7 @@
 
 #include "core/cuda_context.h"
 #include "ops/cuda/indexer_topk_kernels.h"
+#include "ops/cuda/paged_keys_cuda.h"
 #include "ops/indexer_topk.h"
 
 namespace mls::ops::cuda {
@@ -15,14 +16,6 @@ constexpr int64_t kScoreScratchBytes = int64_t{256} << 20;
 // Query rows per launch for scores rows of `ld` floats.
 int64_t rows_per_launch(int64_t ld, int64_t T) {
   return std::clamp<int64_t>(kScoreScratchBytes / std::max<int64_t>(ld * 4, 1), 1, T);
-}
-
-void check_index(const char* what, const Tensor* t, int64_t n, const Tensor& chosen) {
-  if (t->dtype() != DType::kI32 || t->device() != chosen.device())
-    raise<ShapeError>("indexer_topk: {} {} must be i32 on {}", what, t->str(),
-                      chosen.device().str());
-  if (n >= 0 && (t->numel() != n || !t->is_contiguous()))
-    raise<ShapeError>("indexer_topk: {} {} must be contiguous [{}]", what, t->str(), n);
 }
 
 }  // namespace
@@ -46,8 +39,8 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
       raise<ShapeError>("indexer_topk: {} is on {}, chosen on {}: all must be on one GPU", t->str(),
                         t->device().str(), chosen.device().str());
   if (Hi > 64) raise<Unsupported>("indexer_topk: {} heads (the CUDA kernel takes up to 64)", Hi);
-  check_index("q_pos", &q_pos, T, chosen);
-  check_index("row_len", &row_len, T, chosen);
+  check_index("indexer_topk", "q_pos", q_pos, T, chosen);
+  check_index("indexer_topk", "row_len", row_len, T, chosen);
 
   kernels::IndexerParams p;
   p.q = q.raw();
@@ -67,29 +60,7 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
   p.topk = static_cast<int>(topk);
   p.scale = scale;
   p.chosen = chosen.data<int32_t>();
-  if (pages.block_tables) {
-    const Tensor& bt = *pages.block_tables;
-    check_index("block_tables", &bt, -1, chosen);
-    if (bt.ndim() != 2 || bt.stride(1) != 1)
-      raise<ShapeError>(
-          "indexer_topk: block_tables {} must be [num_seqs, max_blocks] with unit "
-          "inner stride",
-          bt.str());
-    if (!pages.token_seq) raise<ShapeError>("indexer_topk: paged keys need token_seq");
-    check_index("token_seq", pages.token_seq, T, chosen);
-    if (pages.block_size < 1 || pages.max_keys < 1)
-      raise<ShapeError>("indexer_topk: paged keys need block_size ({}) and max_keys ({}) >= 1",
-                        pages.block_size, pages.max_keys);
-    p.block_tables = bt.data<int32_t>();
-    p.bt_ld = bt.stride(0);
-    p.num_seqs = bt.dim(0);
-    p.max_blocks = bt.dim(1);
-    p.token_seq = pages.token_seq->data<int32_t>();
-    p.block_size = pages.block_size;
-    p.key_bound = std::min(pages.max_keys, bt.dim(1) * pages.block_size);
-  } else {
-    p.key_bound = k.dim(0);
-  }
+  set_pages("indexer_topk", pages, T, k.dim(0), chosen, p);
   if (T == 0 || topk == 0) return;
 
   const int64_t ld = kernels::indexer_scores_ld(p);

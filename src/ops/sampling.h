@@ -40,6 +40,20 @@ struct RowSampling {
 // partial sums of a row in shared memory).
 inline constexpr int64_t kSampleMaxVocab = int64_t{1} << 18;
 
+// Shapes and dtypes both backends require: logits f32 [R, V] (unit inner stride), ids i32 [R],
+// logprobs f32 [R].
+inline void check_sample_rows(const Tensor& logits, int64_t R, const Tensor& ids,
+                              const Tensor& logprobs) {
+  if (logits.ndim() != 2 || logits.dim(0) != R || logits.stride(1) != 1 || ids.ndim() != 1 ||
+      ids.dim(0) != R || logprobs.ndim() != 1 || logprobs.dim(0) != R)
+    raise<ShapeError>("sample_rows: logits {} ids {} logprobs {} for {} rows", logits.str(),
+                      ids.str(), logprobs.str(), R);
+  if (logits.dtype() != DType::kF32 || ids.dtype() != DType::kI32 ||
+      logprobs.dtype() != DType::kF32)
+    raise<ShapeError>("sample_rows: logits {} and logprobs {} must be f32, ids {} i32",
+                      logits.str(), logprobs.str(), ids.str());
+}
+
 namespace cpu {
 // Reused storage for sample_row (one per thread).
 struct SampleScratch {

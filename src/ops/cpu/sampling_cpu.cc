@@ -85,14 +85,7 @@ int32_t sample_row(std::span<const float> logits, const RowSampling& p, SampleSc
 void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor& ids,
                  Tensor& logprobs) {
   const auto R = static_cast<int64_t>(rows.size());
-  if (logits.ndim() != 2 || logits.dim(0) != R || logits.stride(1) != 1 || ids.ndim() != 1 ||
-      ids.dim(0) != R || logprobs.ndim() != 1 || logprobs.dim(0) != R)
-    raise<ShapeError>("sample_rows: logits {} ids {} logprobs {} for {} rows", logits.str(),
-                      ids.str(), logprobs.str(), R);
-  if (logits.dtype() != DType::kF32 || ids.dtype() != DType::kI32 ||
-      logprobs.dtype() != DType::kF32)
-    raise<ShapeError>("sample_rows: logits {} and logprobs {} must be f32, ids {} i32",
-                      logits.str(), logprobs.str(), ids.str());
+  check_sample_rows(logits, R, ids, logprobs);
   if (!logits.device().is_cpu() || !logprobs.device().is_cpu())
     raise<ShapeError>("sample_rows: logits on {}, logprobs on {}: the CPU op needs host memory",
                       logits.device().str(), logprobs.device().str());

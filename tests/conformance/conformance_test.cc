@@ -9,6 +9,7 @@
 
 #include "engine/model_runner.h"
 #include "engine/simple_generator.h"
+#include "golden.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 
@@ -19,16 +20,8 @@ constexpr double kTol = 1e-4;
 
 const std::string kData = MLASERVE_TEST_DATA;
 
-std::vector<float> as_f32(const io::TensorInfo& t) {
-  std::vector<float> v(t.numel());
-  convert_to_f32(t.data, *t.dtype, v.data(), v.size());
-  return v;
-}
-
-std::vector<int32_t> as_i32(const io::TensorInfo& t) {
-  const auto* p = reinterpret_cast<const int32_t*>(t.data);
-  return std::vector<int32_t>(p, p + t.numel());
-}
+using golden::as_f32;
+using golden::as_i32;
 
 double rel_l2(const float* got, const std::vector<float>& want) {
   double num = 0, den = 0;
@@ -115,15 +108,7 @@ TEST_P(Conformance, GreedyGenerationWithKvCache) {
   EXPECT_LE(err, kTol);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Conformance,
-                         ::testing::Values("tiny-glm5", "tiny-glm5-fp8", "tiny-dsv32",
-                                           "tiny-dsv32-fp8", "tiny-dsv3", "tiny-dsv3-fp8"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, Conformance, golden::kFixtures, golden::test_name);
 
 }  // namespace
 }  // namespace mls

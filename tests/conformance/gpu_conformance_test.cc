@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "golden.h"
 #include "io/safetensors.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
@@ -37,16 +38,8 @@ bool have_gpu() {
 #endif
 }
 
-std::vector<float> as_f32(const io::TensorInfo& t) {
-  std::vector<float> v(t.numel());
-  convert_to_f32(t.data, *t.dtype, v.data(), v.size());
-  return v;
-}
-
-std::vector<int32_t> as_i32(const io::TensorInfo& t) {
-  const auto* p = reinterpret_cast<const int32_t*>(t.data);
-  return std::vector<int32_t>(p, p + t.numel());
-}
+using golden::as_f32;
+using golden::as_i32;
 
 struct RowCheck {
   double rel_err = 0;
@@ -164,15 +157,7 @@ TEST_P(GpuConformance, TeacherForcedDecodeSteps) {
   expect_rows(fmt::format("{} decode steps", out.size()), got.data(), want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuConformance,
-                         ::testing::Values("tiny-glm5", "tiny-glm5-fp8", "tiny-dsv32",
-                                           "tiny-dsv32-fp8", "tiny-dsv3", "tiny-dsv3-fp8"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuConformance, golden::kFixtures, golden::test_name);
 
 }  // namespace
 }  // namespace mls

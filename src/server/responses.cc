@@ -223,6 +223,13 @@ void text_format(const ojson& text, ojson& chat) {
   }
 }
 
+// Responses ids join prefix and hex with an underscore (resp_..., msg_...), as OpenAI's do.
+std::string item_id(std::string_view prefix) {
+  std::string id = random_id(prefix);
+  id[prefix.size()] = '_';
+  return id;
+}
+
 json output_text_part(const std::string& text) {
   return {{"type", "output_text"},
           {"text", text},
@@ -342,7 +349,7 @@ ResponsesResponder::Item& ResponsesResponder::open(const std::string& type,
   close(out);
   Item item;
   item.type = type;
-  item.id = random_id(type == "reasoning" ? "rs" : type == "message" ? "msg" : "fc");
+  item.id = item_id(type == "reasoning" ? "rs" : type == "message" ? "msg" : "fc");
   items_.push_back(std::move(item));
   open_ = static_cast<int>(items_.size()) - 1;
   Item& it = items_.back();
@@ -530,7 +537,7 @@ Reply handle_responses(ServingContext& ctx, const std::string& body) {
   const std::string prompt = render_chat_prompt(ctx, req.chat);
   std::vector<int32_t> ids = encode_prompt(ctx, prompt, false, "input");
   const bool parse_tools = req.chat.tool_choice != ToolChoice::kNone;
-  ResponsesOutputConfig cfg{.id = random_id("resp"),
+  ResponsesOutputConfig cfg{.id = item_id("resp"),
                             .model = ctx.model_name(),
                             .created = unix_time(),
                             .parsers = {.reasoning_parser = ctx.opts.reasoning_parser,

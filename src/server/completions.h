@@ -20,7 +20,7 @@ struct CompletionOutputConfig {
   // Per choice: the prompt's ids when its logprobs lead the choice's (echo with logprobs).
   std::vector<std::vector<int32_t>> echo_ids = {};
   bool logprobs = false;
-  bool prompt_logprobs = false;                  // each choice carries vLLM's prompt_logprobs
+  bool prompt_logprobs = false;                       // each choice carries vLLM's prompt_logprobs
   std::vector<std::vector<int32_t>> prompt_ids = {};  // per choice, for prompt_logprobs
   bool include_usage = false;
   bool continuous_usage = false;  // every chunk carries the usage so far

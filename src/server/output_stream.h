@@ -61,7 +61,7 @@ struct StreamSpec {
   int n = 1;
   bool skip_special_tokens = true;
   std::vector<std::string> stop;
-  bool include_stop_str_in_output = false;  // the matched stop string or stop token's text
+  bool include_stop_str_in_output = false;   // the matched stop string or stop token's text
   std::vector<int64_t> stop_token_ids = {};  // the request's (stop_reason reports them)
   // Test-only scripted output (`serve --test-script`): these tokens replace the sampled ones
   // and the sample stops after the last, so tool-call and reasoning paths can be driven end to

@@ -31,6 +31,8 @@ struct RequestState {
   bool first_token_seen = false;
   int64_t completion_tokens = 0;
   Timings timings;
+  // prompt_logprobs: entry i scores prompt token i + 1; complete at prompt_len - 1 entries.
+  std::vector<Logprobs> prompt_logprobs;
 
   // Every sample exists (the request has forked) and has finished.
   bool done() const {
@@ -147,6 +149,7 @@ void Engine::admit(std::unique_ptr<RequestState> rs) {
   seq->tokens = rs->req.prompt_ids;
   seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
   seq->seq_slots = rs->req.params.n;
+  seq->prompt_logits = rs->req.params.prompt_logprobs >= 0;
   scheduler_.add(seq.get());
   rs->seqs.push_back(std::move(seq));
   const std::string id = rs->req.id;
@@ -177,12 +180,26 @@ bool Engine::step() {
       sc.num_new = chunks[i].num_new;
       sc.block_table.assign(s.block_table.begin(), s.block_table.end());
       sc.prompt_len = s.prompt_len;
-      sc.logits = end == static_cast<int64_t>(s.tokens.size()) ? SequenceChunk::Logits::kLast
-                                                               : SequenceChunk::Logits::kNone;
+      const bool last = end == static_cast<int64_t>(s.tokens.size());
+      sc.logits = s.chunk_has_all_logits() ? SequenceChunk::Logits::kAll
+                  : last                   ? SequenceChunk::Logits::kLast
+                                           : SequenceChunk::Logits::kNone;
     }
     sampled_.clear();
-    for (size_t i = 0; i < chunks.size(); ++i)
-      if (batch_.seqs[i].logits == SequenceChunk::Logits::kLast) sampled_.push_back(chunks[i].seq);
+    sample_rows_.clear();
+    scores_prompt_ = false;
+    int64_t rows = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const SequenceChunk& sc = batch_.seqs[i];
+      scores_prompt_ = scores_prompt_ || sc.logits == SequenceChunk::Logits::kAll;
+      rows += sc.logits == SequenceChunk::Logits::kAll    ? sc.num_new
+              : sc.logits == SequenceChunk::Logits::kLast ? 1
+                                                          : 0;
+      if (sc.num_cached + sc.num_new == static_cast<int64_t>(chunks[i].seq->tokens.size())) {
+        sampled_.push_back(chunks[i].seq);
+        sample_rows_.push_back(rows - 1);
+      }
+    }
     if (can_sample_on_device()) {
       rows_.clear();
       for (Sequence* seq : sampled_)
@@ -192,9 +209,10 @@ bool Engine::step() {
       for (size_t r = 0; r < sampled_.size(); ++r) emit(*sampled_[r], drawn.ids[r], nullptr);
     } else {
       const Tensor logits = runner_.forward(batch_);
+      if (scores_prompt_) score_prompts(chunks, logits.data<float>());
       scheduler_.commit();
       for (size_t r = 0; r < sampled_.size(); ++r)
-        sample_row(*sampled_[r], logits.data<float>() + static_cast<int64_t>(r) * vocab_);
+        sample_row(*sampled_[r], logits.data<float>() + sample_rows_[r] * vocab_);
     }
     retire_finished();
   }
@@ -204,20 +222,43 @@ bool Engine::step() {
 
 // The one place that chooses where a step samples. The device path returns only each row's
 // token, so it serves a step only when no row needs the host's copy of its logits: penalties
-// (repetition, frequency, presence) and min_tokens suppression rewrite the row per request,
-// logprobs report its whole log-softmax (rank, top-k), and the first draw of an n > 1 request
-// takes n tokens from one row.
+// (repetition, frequency, presence), min_tokens suppression, logit_bias, allowed_token_ids and
+// bad_words rewrite the row per request, logprobs report its whole log-softmax (rank, top-k),
+// the first draw of an n > 1 request takes n tokens from one row, and a step scoring a prompt
+// (prompt_logprobs) has a row for every prompt token.
 bool Engine::can_sample_on_device() const {
-  if (!cfg_.device_sampling) return false;
+  if (!cfg_.device_sampling || scores_prompt_) return false;
   for (const Sequence* seq : sampled_) {
     const RequestState& rs = *seq->request;
     const SamplingParams& p = rs.req.params;
     if (p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
         p.logprobs >= 0 || (seq->num_output() < p.min_tokens && !rs.stop_ids.empty()) ||
+        !p.logit_bias.empty() || !p.allowed_token_ids.empty() || !p.bad_words_token_ids.empty() ||
         (rs.seqs.size() == 1 && p.n > 1))
       return false;
   }
   return true;
+}
+
+// Rows of a prompt-scoring chunk: row j (position num_cached + j) gives the distribution of
+// the token at position num_cached + j + 1. Positions scored before (a recompute after
+// preemption) are skipped.
+void Engine::score_prompts(const std::vector<ScheduledChunk>& chunks, const float* logits) {
+  int64_t row = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SequenceChunk& sc = batch_.seqs[i];
+    if (sc.logits == SequenceChunk::Logits::kLast) ++row;
+    if (sc.logits != SequenceChunk::Logits::kAll) continue;
+    const Sequence& seq = *chunks[i].seq;
+    RequestState& rs = *seq.request;
+    for (int64_t j = 0; j < sc.num_new; ++j, ++row) {
+      const int64_t pos = sc.num_cached + j;
+      if (pos + 1 >= seq.prompt_len || pos != static_cast<int64_t>(rs.prompt_logprobs.size()))
+        continue;
+      sampler_.fill_logprobs(logits + row * vocab_, seq.tokens[pos + 1],
+                             rs.req.params.prompt_logprobs, rs.prompt_logprobs.emplace_back());
+    }
+  }
 }
 
 SampleInput Engine::sample_input(const Sequence& seq, int sample_index) const {
@@ -300,6 +341,8 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
   ev.sample_index = seq.sample_index;
   ev.token_id = token;
   ev.logprobs = lp;
+  if (seq.request->req.params.prompt_logprobs >= 0 && seq.num_output() == 1)
+    ev.prompt_logprobs = &rs.prompt_logprobs;
   ev.finish = seq.finish;
   ev.usage = {static_cast<int64_t>(seq.prompt_len), rs.completion_tokens};
   ev.timings = rs.timings;

@@ -77,6 +77,7 @@ class Engine {
   void abort_now(const std::string& id);
   bool can_sample_on_device() const;
   SampleInput sample_input(const Sequence& seq, int sample_index) const;
+  void score_prompts(const std::vector<ScheduledChunk>& chunks, const float* logits);
   void sample_row(Sequence& seq, const float* logits);
   void fork(Sequence& parent, std::span<const int32_t> first_tokens);
   void emit(Sequence& seq, int32_t token, const Logprobs* lp);
@@ -91,7 +92,9 @@ class Engine {
   Scheduler scheduler_;
   Sampler sampler_;
   ForwardBatch batch_;
-  std::vector<Sequence*> sampled_;      // this step's sequences with a logits row, in row order
+  std::vector<Sequence*> sampled_;      // this step's sequences that draw a token, in row order
+  std::vector<int64_t> sample_rows_;    // the logits row each of them draws from
+  bool scores_prompt_ = false;          // some chunk of this step scores its prompt
   std::vector<ops::RowSampling> rows_;  // their draws, for the device path
   std::vector<int32_t> drawn_;          // tokens drawn from one logits row (n at a fork)
   std::vector<Logprobs> logprobs_;

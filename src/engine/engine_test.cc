@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -306,6 +307,60 @@ TEST(Engine, ForwardSampleDrawsFromTheForwardLogits) {
       EXPECT_NEAR(got.logprobs[i], lp[got.ids[i]], 1e-5) << dev << " row " << i;
     }
     EXPECT_THROW(r.forward_sample(b, {rows[0]}), ShapeError);
+  }
+}
+
+// prompt_logprobs are log_softmax of a one-pass forward's logits at each prompt position,
+// whatever the chunking, the logits-row bound (max_num_seqs 3 shortens the chunks) or a cached
+// prefix of the same prompt (never reused for such a request), on MLA and DSA models.
+TEST(Engine, PromptLogprobsAreTheTeacherForcedLogSoftmax) {
+  for (const std::string fixture : {"tiny-dsv3", "tiny-glm5"}) {
+    SCOPED_TRACE(fixture);
+    ModelRunner& r = runner(fixture);
+    std::mt19937 rng(21);
+    const auto prompt = random_prompt(rng, 45);
+    const auto P = static_cast<int64_t>(prompt.size());
+    r.allocate_kv_cache(64, 16);
+    ForwardBatch b;
+    b.token_ids = prompt;
+    SequenceChunk c;
+    c.num_new = P;
+    c.block_table = {0, 1, 2};
+    c.logits = SequenceChunk::Logits::kAll;
+    b.seqs.push_back(c);
+    const Tensor logits = r.forward(b);
+    const int64_t V = r.config().vocab_size;
+    std::vector<float> lp(V);
+
+    for (const int64_t budget : {int64_t{8192}, int64_t{7}}) {
+      r.allocate_kv_cache(64, 16);
+      Engine engine(r, {.max_num_batched_tokens = budget, .max_num_seqs = 3});
+      engine.add_request({.id = "warm", .prompt_ids = prompt, .params = greedy(2), .on_token = {}});
+      while (engine.step()) {
+      }
+      SamplingParams p = greedy(3);
+      p.prompt_logprobs = 2;
+      std::vector<Logprobs> got;
+      int events = 0;
+      engine.add_request({.id = "scored",
+                          .prompt_ids = prompt,
+                          .params = p,
+                          .on_token = [&](const TokenEvent& ev) {
+                            if (ev.prompt_logprobs) got = *ev.prompt_logprobs, ++events;
+                            return Verdict::kContinue;
+                          }});
+      while (engine.step()) {
+      }
+      EXPECT_EQ(events, 1);
+      ASSERT_EQ(static_cast<int64_t>(got.size()), P - 1) << "budget " << budget;
+      for (int64_t i = 0; i + 1 < P; ++i) {
+        Sampler::log_softmax({logits.data<float>() + i * V, static_cast<size_t>(V)}, lp);
+        EXPECT_EQ(got[i].sampled.token_id, prompt[i + 1]);
+        EXPECT_NEAR(got[i].sampled.logprob, lp[prompt[i + 1]], 2e-5) << "position " << i + 1;
+        ASSERT_EQ(got[i].top.size(), 2u);
+        EXPECT_NEAR(got[i].top[0].logprob, *std::max_element(lp.begin(), lp.end()), 2e-5);
+      }
+    }
   }
 }
 

@@ -46,6 +46,9 @@ struct TokenEvent {
   // -1: no new token (the notice that ends a sample after abort_request or a kStop verdict).
   int32_t token_id = -1;
   const Logprobs* logprobs = nullptr;  // set when the request asked for logprobs
+  // On a sample's first token when the request asked for prompt_logprobs: one entry per prompt
+  // position from 1 on (the first token has no context to be scored in).
+  const std::vector<Logprobs>* prompt_logprobs = nullptr;
   FinishReason finish = FinishReason::kNone;
   Usage usage;
   Timings timings;

@@ -47,6 +47,25 @@ void Sampler::log_softmax(std::span<const float> logits, std::span<float> out) {
     out[i] = static_cast<float>(static_cast<double>(logits[i]) - lse);
 }
 
+void Sampler::apply_constraints(std::span<float> logits, const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  if (!p.allowed_token_ids.empty()) {
+    kept_.clear();
+    for (int32_t id : p.allowed_token_ids) kept_.push_back(logits[id]);
+    std::fill(logits.begin(), logits.end(), kNegInf);
+    for (size_t i = 0; i < kept_.size(); ++i) logits[p.allowed_token_ids[i]] = kept_[i];
+  }
+  for (const std::vector<int32_t>& word : p.bad_words_token_ids) {
+    const size_t prefix = word.size() - 1;
+    if (prefix > in.output.size()) continue;
+    if (std::equal(word.begin(), word.begin() + static_cast<std::ptrdiff_t>(prefix),
+                   in.output.end() - static_cast<std::ptrdiff_t>(prefix)))
+      logits[word.back()] = kNegInf;
+  }
+  for (const auto& [id, bias] : p.logit_bias) logits[id] += bias;
+  for (int64_t id : in.suppressed) logits[id] = kNegInf;
+}
+
 void Sampler::apply_penalties(std::span<float> logits, const SampleInput& in) {
   const SamplingParams& p = *in.params;
   if (p.repetition_penalty != 1.0) {
@@ -74,7 +93,7 @@ void Sampler::apply_penalties(std::span<float> logits, const SampleInput& in) {
 int32_t Sampler::sample(const float* logits, const SampleInput& in, Logprobs* logprobs) {
   const SamplingParams& p = *in.params;
   std::copy(logits, logits + vocab_, work_.begin());
-  for (int64_t id : in.suppressed) work_[id] = kNegInf;
+  apply_constraints(work_, in);
   apply_penalties(work_, in);
 
   const int32_t token = ops::cpu::sample_row(work_, row_sampling(in), draw_);

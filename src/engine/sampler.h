@@ -1,7 +1,9 @@
 // Turns one row of logits into the next token of one sequence, vLLM semantics and order:
 //   1. logprobs are those of the raw model distribution (log_softmax of the logits before any
 //      penalty or temperature; vLLM's default "raw_logprobs"),
-//   2. min_tokens: EOS and stop ids get -inf until min_tokens tokens exist,
+//   2. allowed_token_ids (every other id -inf), bad_words (the completing token of a banned
+//      sequence -inf), logit_bias (added), min_tokens (EOS and stop ids -inf until min_tokens
+//      tokens exist): vLLM's logits processors, in its order,
 //   3. repetition penalty over prompt + output tokens (positive logits divided, negative ones
 //      multiplied), then frequency (× count) and presence (once) penalties over output tokens,
 //   4. greedy: argmax (the first maximum); otherwise temperature, min_p, top_k, top_p, and one
@@ -38,21 +40,23 @@ class Sampler {
   int32_t sample(const float* logits, const SampleInput& in, Logprobs* logprobs);
 
   // The steps above as building blocks (the tests check each on hand-made logits).
+  void apply_constraints(std::span<float> logits, const SampleInput& in);
   void apply_penalties(std::span<float> logits, const SampleInput& in);
   static void log_softmax(std::span<const float> logits, std::span<float> out);
   // Uniform in [0, 1) for draw `step` of the stream (seed, sample_index).
   static double uniform(uint64_t seed, int sample_index, int64_t step);
   // Step 4's parameters for one draw (the op's view of the request; penalties are not in it).
   static ops::RowSampling row_sampling(const SampleInput& in);
-
- private:
+  // `token`'s raw logprob and rank, and the k most likely tokens (prompt logprobs use it too).
   void fill_logprobs(const float* logits, int32_t token, int k, Logprobs& out);
 
+ private:
   int64_t vocab_;
   std::vector<float> work_;      // penalised logits
   std::vector<float> scratch_;   // log-softmax
   std::vector<int32_t> counts_;  // output token counts (zeroed after use)
   std::vector<uint8_t> seen_;    // prompt ∪ output membership (zeroed after use)
+  std::vector<float> kept_;      // allowed_token_ids' logits while the row is masked
   std::vector<int32_t> order_;   // ids sorted by logprob
   ops::cpu::SampleScratch draw_;
 };

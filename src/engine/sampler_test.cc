@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include "core/error.h"
+
 namespace mls {
 namespace {
 
@@ -177,6 +179,71 @@ TEST(Sampler, SuppressedIdsAreNeverSampled) {
   SampleInput in = input(p);
   in.suppressed = eos;
   EXPECT_EQ(s.sample(logits.data(), in, nullptr), 14);
+}
+
+TEST(Sampler, LogitBiasShiftsTheLogitsButNotTheLogprobs) {
+  Sampler s(kVocab);
+  const auto logits = ramp();
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{2, 100.0f}, {15, -0.5f}};
+  std::vector<float> row = logits;
+  s.apply_constraints(row, input(p));
+  EXPECT_FLOAT_EQ(row[2], logits[2] + 100.0f);
+  EXPECT_FLOAT_EQ(row[15], logits[15] - 0.5f);
+  EXPECT_FLOAT_EQ(row[7], logits[7]);
+  Logprobs lp;
+  EXPECT_EQ(s.sample(logits.data(), input(p), &lp), 2);  // +100 forces the token
+  std::vector<float> raw(kVocab);
+  Sampler::log_softmax(logits, raw);
+  EXPECT_FLOAT_EQ(lp.sampled.logprob, raw[2]);  // logprobs stay those of the model
+  p.logit_bias = {{15, -100.0f}};
+  EXPECT_EQ(s.sample(logits.data(), input(p), nullptr), 14);  // -100 bans it
+  p.temperature = 1.0;
+  p.logit_bias = {{4, 100.0f}};
+  EXPECT_EQ(draws(p, 200), (std::set<int32_t>{4}));
+}
+
+TEST(Sampler, AllowedTokenIdsAreTheOnlyDraws) {
+  SamplingParams p;
+  p.allowed_token_ids = {1, 5, 9};
+  EXPECT_EQ(draws(p), (std::set<int32_t>{1, 5, 9}));
+  p.temperature = 0;
+  EXPECT_EQ(draws(p, 1), (std::set<int32_t>{9}));
+}
+
+TEST(Sampler, BadWordsBanTheTokenThatWouldCompleteThem) {
+  Sampler s(kVocab);
+  const auto logits = ramp();
+  SamplingParams p;
+  p.temperature = 0;
+  p.bad_words_token_ids = {{15}, {3, 14}};
+  SampleInput in = input(p);
+  const std::vector<int32_t> after_3{7, 3}, after_other{3, 7};
+  in.output = after_other;
+  EXPECT_EQ(s.sample(logits.data(), in, nullptr), 14);  // 15 always banned; 3 not the last
+  in.output = after_3;
+  EXPECT_EQ(s.sample(logits.data(), in, nullptr), 13);  // "3 14" would complete: 14 banned
+}
+
+TEST(SamplingParams, ValidatesTokenConstraintsAgainstTheVocabulary) {
+  SamplingParams p;
+  p.logit_bias = {{kVocab, 1.0f}};
+  EXPECT_THROW(p.validate(kVocab), InvalidArgument);
+  p.logit_bias = {{1, 101.0f}};
+  EXPECT_THROW(p.validate(kVocab), InvalidArgument);
+  p.logit_bias = {{1, -100.0f}};
+  EXPECT_NO_THROW(p.validate(kVocab));
+  p.allowed_token_ids = {-1};
+  EXPECT_THROW(p.validate(kVocab), InvalidArgument);
+  p.allowed_token_ids = {};
+  p.bad_words_token_ids = {{}};
+  EXPECT_THROW(p.validate(kVocab), InvalidArgument);
+  p.bad_words_token_ids = {{3, kVocab}};
+  EXPECT_THROW(p.validate(kVocab), InvalidArgument);
+  p.bad_words_token_ids = {};
+  p.prompt_logprobs = -2;
+  EXPECT_THROW(p.validate(kVocab), InvalidArgument);
 }
 
 }  // namespace

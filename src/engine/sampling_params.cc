@@ -31,6 +31,29 @@ void SamplingParams::validate(int64_t vocab_size) const {
       raise<InvalidArgument>("stop_token_ids: {} is outside the vocabulary of {}", id, vocab_size);
   if (logprobs < -1 || logprobs > vocab_size)
     raise<InvalidArgument>("logprobs must be in [0, {}] (got {})", vocab_size, logprobs);
+  if (prompt_logprobs < -1 || prompt_logprobs > vocab_size)
+    raise<InvalidArgument>("prompt_logprobs must be in [0, {}] (got {})", vocab_size,
+                           prompt_logprobs);
+  const auto in_vocab = [&](int64_t id) { return id >= 0 && id < vocab_size; };
+  for (const auto& [id, bias] : logit_bias) {
+    if (!in_vocab(id))
+      raise<InvalidArgument>("logit_bias: token id {} is outside the vocabulary of {}", id,
+                             vocab_size);
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      raise<InvalidArgument>("logit_bias: the bias of token {} must be in [-100, 100] (got {})", id,
+                             bias);
+  }
+  for (int32_t id : allowed_token_ids)
+    if (!in_vocab(id))
+      raise<InvalidArgument>("allowed_token_ids: {} is outside the vocabulary of {}", id,
+                             vocab_size);
+  for (const std::vector<int32_t>& word : bad_words_token_ids) {
+    if (word.empty()) raise<InvalidArgument>("bad_words: a word produced no tokens");
+    for (int32_t id : word)
+      if (!in_vocab(id))
+        raise<InvalidArgument>("bad_words: token {} is outside the vocabulary of {}", id,
+                               vocab_size);
+  }
 }
 
 }  // namespace mls

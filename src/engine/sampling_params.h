@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace mls {
@@ -22,6 +23,14 @@ struct SamplingParams {
   std::vector<int64_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob plus the top k
+  // -1: none; k >= 0: each prompt token's logprob (positions 1..) plus the top k.
+  int prompt_logprobs = -1;
+  // Added to the logits before sampling (OpenAI's logit_bias: token id -> [-100, 100]).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> allowed_token_ids;  // empty: every token; otherwise only these
+  // vLLM's bad_words as token sequences: the last token of a sequence is banned whenever the
+  // output ends with the tokens before it (a one-token sequence is always banned).
+  std::vector<std::vector<int32_t>> bad_words_token_ids;
 
   bool greedy() const { return temperature < 1e-5; }
   // Throws InvalidArgument naming the first bad field and why.

@@ -77,7 +77,7 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
     Sequence* s = waiting_.front();
     if (static_cast<int64_t>(running_.size()) + s->seq_slots > cfg_.max_num_seqs) break;
     const auto len = static_cast<int64_t>(s->tokens.size());
-    if (blocks_.prefix_caching()) {
+    if (blocks_.prefix_caching() && !s->prompt_logits) {
       blocks_.extend_hashes(s->tokens, salt(*s), s->block_hashes);
       s->num_computed = blocks_.take_cached_prefix(s->block_hashes, len, s->block_table);
     }
@@ -92,7 +92,29 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
     out_.push_back({s, n});
     budget -= n;
   }
+  bound_logit_rows();
   return out_;
+}
+
+// A chunk scoring its prompt yields a logits row per token; other chunks at most one, so only
+// those chunks (the latest first) are shortened. The sequences they belong to hold a slot, so
+// the other rows stay below the bound and every step still advances them by a token or more.
+void Scheduler::bound_logit_rows() {
+  const int64_t max_rows = max_logit_rows(cfg_);
+  int64_t rows = 0;
+  for (const ScheduledChunk& c : out_) {
+    const Sequence& s = *c.seq;
+    rows += s.chunk_has_all_logits()
+                ? c.num_new
+                : (s.num_computed + c.num_new == static_cast<int64_t>(s.tokens.size()) ? 1 : 0);
+  }
+  for (size_t i = out_.size(); i-- > 0 && rows > max_rows;) {
+    if (!out_[i].seq->chunk_has_all_logits()) continue;
+    const int64_t cut = std::min(rows - max_rows, out_[i].num_new);
+    out_[i].num_new -= cut;
+    rows -= cut;
+    if (out_[i].num_new == 0) out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 }
 
 void Scheduler::commit() {

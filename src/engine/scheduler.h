@@ -6,6 +6,7 @@
 // cheaply) when it is admitted again.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -19,6 +20,12 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 8192;
   int64_t max_num_seqs = 256;
 };
+
+// Most logits rows a step may produce: what the memory planner profiles (one row per
+// sequence of its worst-case step). Prompt-logprob chunks are shortened to stay within it.
+inline int64_t max_logit_rows(const SchedulerConfig& cfg) {
+  return std::min(cfg.max_num_seqs, cfg.max_num_batched_tokens);
+}
 
 struct ScheduledChunk {
   Sequence* seq = nullptr;
@@ -51,6 +58,7 @@ class Scheduler {
 
  private:
   void preempt(Sequence* seq);
+  void bound_logit_rows();
   void insert_running(Sequence* seq);
   uint64_t salt(const Sequence& s) const;
 

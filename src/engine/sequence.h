@@ -22,9 +22,14 @@ struct Sequence {
   std::vector<int32_t> block_table;
   std::vector<uint64_t> block_hashes;
   FinishReason finish = FinishReason::kNone;
+  // Every prompt position yields a logits row (prompt logprobs): such a sequence never takes
+  // cached prefix blocks (their positions would have no logits).
+  bool prompt_logits = false;
 
   int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   bool finished() const { return finish != FinishReason::kNone; }
+  // Whether the next chunk (from num_computed on) produces a logits row for each of its tokens.
+  bool chunk_has_all_logits() const { return prompt_logits && num_computed < prompt_len; }
 };
 
 }  // namespace mls

@@ -13,16 +13,9 @@ namespace mls::server {
 
 using json = nlohmann::json;
 
-struct ChatResponder::Delta {
-  std::string reasoning;
-  std::string content;
-  std::vector<chat::ToolEvent> tool_events;
-};
-
 struct ChatResponder::Choice {
   int index = 0;
-  std::unique_ptr<chat::ReasoningParser> reasoning_parser;
-  std::unique_ptr<chat::ToolParser> tool_parser;
+  std::unique_ptr<ChatDeltaParser> parser;
   bool opened = false;  // streaming: the role chunk went out
   FinishReason finish = FinishReason::kNone;
   std::string error;
@@ -31,7 +24,48 @@ struct ChatResponder::Choice {
   std::string content;
   std::vector<chat::ToolCall> calls;
   std::vector<Logprobs> logprobs;
+  std::vector<Logprobs> prompt_logprobs;
+  nlohmann::json stop_reason = nullptr;
 };
+
+ChatDeltaParser::ChatDeltaParser(const ChatOutputConfig& cfg)
+    : include_reasoning_(cfg.include_reasoning) {
+  if (!cfg.reasoning_parser.empty())
+    reasoning_parser_ = std::make_unique<chat::ReasoningParser>(cfg.starts_in_reasoning);
+  if (!cfg.tool_parser.empty() && cfg.tool_choice != ToolChoice::kNone)
+    tool_parser_ =
+        std::make_unique<chat::ToolParser>(chat::tool_call_format(cfg.tool_parser, cfg.tools));
+}
+
+ChatDelta ChatDeltaParser::feed(const std::string& text, bool last) {
+  ChatDelta d;
+  std::string content = text;
+  if (reasoning_parser_) {
+    chat::ReasoningDelta r = reasoning_parser_->feed(text);
+    if (last) {
+      chat::ReasoningDelta tail = reasoning_parser_->finish();
+      r.reasoning += tail.reasoning;
+      r.content += tail.content;
+    }
+    if (include_reasoning_) d.reasoning = std::move(r.reasoning);
+    content = std::move(r.content);
+  }
+  if (tool_parser_) {
+    std::vector<chat::ToolEvent> events = tool_parser_->feed(content);
+    if (last)
+      for (chat::ToolEvent& e : tool_parser_->finish()) events.push_back(std::move(e));
+    // Content events are folded into the content delta; the rest stay tool-call events.
+    for (chat::ToolEvent& e : events) {
+      if (e.kind == chat::ToolEvent::kContent)
+        d.content += e.text;
+      else
+        d.tool_events.push_back(std::move(e));
+    }
+  } else {
+    d.content = std::move(content);
+  }
+  return d;
+}
 
 ChatResponder::ChatResponder(ChatOutputConfig cfg, const tok::Tokenizer& tokenizer)
     : cfg_(std::move(cfg)), tok_(tokenizer) {}
@@ -42,50 +76,21 @@ ChatResponder::Choice& ChatResponder::choice(int index) {
   while (static_cast<int>(choices_.size()) <= index) {
     auto c = std::make_unique<Choice>();
     c->index = static_cast<int>(choices_.size());
-    if (!cfg_.reasoning_parser.empty())
-      c->reasoning_parser = std::make_unique<chat::ReasoningParser>(cfg_.starts_in_reasoning);
-    if (!cfg_.tool_parser.empty() && cfg_.tool_choice != ToolChoice::kNone)
-      c->tool_parser =
-          std::make_unique<chat::ToolParser>(chat::tool_call_format(cfg_.tool_parser, cfg_.tools));
+    c->parser = std::make_unique<ChatDeltaParser>(cfg_);
     choices_.push_back(std::move(c));
   }
   return *choices_[static_cast<size_t>(index)];
 }
 
-ChatResponder::Delta ChatResponder::process(Choice& c, const OutputEvent& ev) {
+ChatDelta ChatResponder::process(Choice& c, const OutputEvent& ev) {
   completion_tokens_ += static_cast<int64_t>(ev.token_ids.size());
-  Delta d;
-  std::string content = ev.text;
-  if (c.reasoning_parser) {
-    chat::ReasoningDelta r = c.reasoning_parser->feed(ev.text);
-    if (ev.finish != FinishReason::kNone) {
-      chat::ReasoningDelta tail = c.reasoning_parser->finish();
-      r.reasoning += tail.reasoning;
-      r.content += tail.content;
-    }
-    if (cfg_.include_reasoning) d.reasoning = std::move(r.reasoning);
-    content = std::move(r.content);
-  }
-  if (c.tool_parser) {
-    d.tool_events = c.tool_parser->feed(content);
-    if (ev.finish != FinishReason::kNone)
-      for (chat::ToolEvent& e : c.tool_parser->finish()) d.tool_events.push_back(std::move(e));
-    // Content events are folded into the content delta; the rest stay tool-call events.
-    std::vector<chat::ToolEvent> calls;
-    for (chat::ToolEvent& e : d.tool_events) {
-      if (e.kind == chat::ToolEvent::kContent)
-        d.content += e.text;
-      else
-        calls.push_back(std::move(e));
-    }
-    d.tool_events = std::move(calls);
-  } else {
-    d.content = std::move(content);
-  }
+  ChatDelta d = c.parser->feed(ev.text, ev.finish != FinishReason::kNone);
   if (ev.finish != FinishReason::kNone) {
     c.finish = ev.finish;
     c.error = ev.error;
+    c.stop_reason = stop_reason_json(ev);
   }
+  if (!ev.prompt_logprobs.empty()) c.prompt_logprobs = ev.prompt_logprobs;
   return d;
 }
 
@@ -103,17 +108,23 @@ json ChatResponder::usage(int64_t prompt_tokens) const {
           {"total_tokens", prompt_tokens + completion_tokens_}};
 }
 
-std::vector<json> ChatResponder::stream_chunks(const std::vector<OutputEvent>& events) {
+std::vector<json> ChatResponder::stream_chunks(const std::vector<OutputEvent>& events,
+                                               int64_t prompt_tokens) {
   std::vector<json> out;
-  const auto chunk = [&](int index, json delta, const json& logprobs, const json& finish) {
-    return json{{"id", cfg_.id},
-                {"object", "chat.completion.chunk"},
-                {"created", cfg_.created},
-                {"model", cfg_.model},
-                {"choices", json::array({{{"index", index},
-                                          {"delta", std::move(delta)},
-                                          {"logprobs", logprobs},
-                                          {"finish_reason", finish}}})}};
+  const auto chunk = [&](int index, json delta, const json& logprobs, const json& finish,
+                         const json& stop_reason = nullptr) {
+    json choice = {{"index", index},
+                   {"delta", std::move(delta)},
+                   {"logprobs", logprobs},
+                   {"finish_reason", finish}};
+    if (!finish.is_null()) choice["stop_reason"] = stop_reason;
+    json c = {{"id", cfg_.id},
+              {"object", "chat.completion.chunk"},
+              {"created", cfg_.created},
+              {"model", cfg_.model},
+              {"choices", json::array({std::move(choice)})}};
+    if (cfg_.continuous_usage) c["usage"] = usage(prompt_tokens);
+    return c;
   };
   for (const OutputEvent& ev : events) {
     Choice& c = choice(ev.choice);
@@ -126,7 +137,7 @@ std::vector<json> ChatResponder::stream_chunks(const std::vector<OutputEvent>& e
       c.finish = ev.finish;
       continue;
     }
-    Delta d = process(c, ev);
+    ChatDelta d = process(c, ev);
     json logprobs = nullptr;
     if (cfg_.logprobs && !ev.logprobs.empty())
       logprobs = {{"content", chat_logprob_entries(tok_, ev.logprobs)}};
@@ -153,8 +164,8 @@ std::vector<json> ChatResponder::stream_chunks(const std::vector<OutputEvent>& e
     }
     const bool done = ev.finish != FinishReason::kNone;
     if (delta.empty() && logprobs.is_null() && !done) continue;
-    out.push_back(
-        chunk(c.index, std::move(delta), logprobs, done ? json(finish_reason(c)) : json(nullptr)));
+    out.push_back(chunk(c.index, std::move(delta), logprobs,
+                        done ? json(finish_reason(c)) : json(nullptr), c.stop_reason));
   }
   return out;
 }
@@ -170,7 +181,7 @@ void ChatResponder::absorb(const std::vector<OutputEvent>& events) {
   for (const OutputEvent& ev : events) {
     Choice& c = choice(ev.choice);
     if (!ev.error.empty()) throw InternalError(ev.error);
-    Delta d = process(c, ev);
+    ChatDelta d = process(c, ev);
     c.reasoning += d.reasoning;
     c.content += d.content;
     for (const chat::ToolEvent& e : d.tool_events) {
@@ -206,10 +217,17 @@ json ChatResponder::response(int64_t prompt_tokens) const {
     choices.push_back({{"index", c.index},
                        {"message", std::move(msg)},
                        {"logprobs", std::move(logprobs)},
-                       {"finish_reason", finish_reason(c)}});
+                       {"finish_reason", finish_reason(c)},
+                       {"stop_reason", c.stop_reason}});
   }
-  return {{"id", cfg_.id},       {"object", "chat.completion"},   {"created", cfg_.created},
-          {"model", cfg_.model}, {"choices", std::move(choices)}, {"usage", usage(prompt_tokens)}};
+  json out = {
+      {"id", cfg_.id},       {"object", "chat.completion"},   {"created", cfg_.created},
+      {"model", cfg_.model}, {"choices", std::move(choices)}, {"usage", usage(prompt_tokens)}};
+  // vLLM reports the prompt's logprobs once per response (they are the same for every choice).
+  if (cfg_.prompt_logprobs && !choices_.empty())
+    out["prompt_logprobs"] =
+        prompt_logprob_entries(tok_, cfg_.prompt_ids, choices_[0]->prompt_logprobs);
+  return out;
 }
 
 std::string render_chat_prompt(const ServingContext& ctx, const ChatRequest& req) {
@@ -223,47 +241,51 @@ std::string render_chat_prompt(const ServingContext& ctx, const ChatRequest& req
   }
 }
 
-namespace {
-
-// Templates that open <think> in the prompt (GLM-5, DeepSeek with thinking on) make the model
-// start inside reasoning.
-bool ends_in_think(const std::string& prompt) {
+bool prompt_opens_reasoning(const std::string& prompt) {
   const size_t end = prompt.find_last_not_of(" \n");
   return end != std::string::npos && end + 1 >= 7 && prompt.compare(end + 1 - 7, 7, "<think>") == 0;
 }
 
-}  // namespace
-
-Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
-  const ChatRequest req = parse_chat_request(parse_json_body(body), ctx.opts.defaults);
-  ctx.check_model(req.model);
-  const bool parse_tools = req.tool_choice != ToolChoice::kNone;
-  if (parse_tools && ctx.opts.tool_call_parser.empty())
+void check_tool_choice(const ServingContext& ctx, const ChatRequest& req) {
+  if (req.tool_choice != ToolChoice::kNone && ctx.opts.tool_call_parser.empty())
     bad_request("tool calls need the server started with --tool-call-parser", "tool_choice");
   if (req.tool_choice == ToolChoice::kAuto && !ctx.opts.enable_auto_tool_choice)
     bad_request(
         "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
         "tool_choice");
+}
 
-  const std::string prompt = render_chat_prompt(ctx, req);
-  std::vector<int32_t> ids;
+std::vector<int32_t> encode_prompt(const ServingContext& ctx, const std::string& prompt,
+                                   bool add_special_tokens, const char* what) {
   try {
-    ids = ctx.tokenizer.encode(prompt, false);
+    return ctx.tokenizer.encode(prompt, add_special_tokens);
   } catch (const InvalidArgument& e) {
-    bad_request(e.what(), "messages");
+    bad_request(e.what(), what);
   }
+}
+
+Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
+  const ChatRequest req = parse_chat_request(parse_json_body(body), ctx.opts.defaults);
+  ctx.check_model(req.model);
+  check_tool_choice(ctx, req);
+  const bool parse_tools = req.tool_choice != ToolChoice::kNone;
+  const std::string prompt = render_chat_prompt(ctx, req);
+  std::vector<int32_t> ids = encode_prompt(ctx, prompt, req.add_special_tokens, "messages");
 
   ChatOutputConfig cfg{.id = random_id("chatcmpl"),
                        .model = ctx.model_name(),
                        .created = unix_time(),
                        .reasoning_parser = ctx.opts.reasoning_parser,
-                       .starts_in_reasoning = ends_in_think(prompt),
+                       .starts_in_reasoning = prompt_opens_reasoning(prompt),
                        .include_reasoning = req.include_reasoning,
                        .tool_parser = parse_tools ? ctx.opts.tool_call_parser : "",
                        .tools = req.tools,
                        .tool_choice = req.tool_choice,
                        .logprobs = req.logprobs,
-                       .include_usage = req.sampling.include_usage};
+                       .include_usage = req.sampling.include_usage,
+                       .continuous_usage = req.sampling.continuous_usage,
+                       .prompt_logprobs = req.sampling.params.prompt_logprobs >= 0,
+                       .prompt_ids = ids};
   auto driver = std::make_shared<RequestDriver>(ctx, cfg.id);
   driver->submit(std::move(ids), req.sampling, "messages");
   auto responder = std::make_shared<ChatResponder>(std::move(cfg), ctx.tokenizer);

@@ -134,7 +134,7 @@ TEST_F(ChatCompletionsTest, ToolCallsAndReasoningForEveryParser) {
     ChatResponder streamed(config(req, c.parser, prompt), tok_);
     std::vector<json> chunks;
     for (const OutputEvent& ev : events)
-      for (json& ch : streamed.stream_chunks({ev})) chunks.push_back(std::move(ch));
+      for (json& ch : streamed.stream_chunks({ev}, 10)) chunks.push_back(std::move(ch));
     ASSERT_FALSE(chunks.empty());
     EXPECT_EQ(chunks[0]["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
     std::string reasoning, content, name, args, call_id;

@@ -22,9 +22,23 @@ CompletionResponder::Choice& CompletionResponder::choice(int index) {
     c.echoed = true;
     if (static_cast<size_t>(index) < cfg_.echo.size())
       c.text = cfg_.echo[static_cast<size_t>(index)];
-    c.offset = static_cast<int64_t>(c.text.size());
+    // With echoed prompt logprobs the offsets count from the prompt's first token.
+    const bool prompt_lps = static_cast<size_t>(index) < cfg_.echo_ids.size() &&
+                            !cfg_.echo_ids[static_cast<size_t>(index)].empty();
+    c.offset = prompt_lps ? 0 : static_cast<int64_t>(c.text.size());
   }
   return c;
+}
+
+void CompletionResponder::add_logprobs(int index, Choice& c, const OutputEvent& ev, json& obj) {
+  const auto i = static_cast<size_t>(index);
+  const bool first = !c.scored;
+  c.scored = true;
+  if (first) c.prompt_lps = ev.prompt_logprobs;
+  if (!cfg_.logprobs) return;
+  if (first && i < cfg_.echo_ids.size() && !cfg_.echo_ids[i].empty())
+    append_completion_prompt_logprobs(tok_, cfg_.echo_ids[i], ev.prompt_logprobs, obj, c.offset);
+  if (!ev.logprobs.empty()) append_completion_logprobs(tok_, ev.logprobs, obj, c.offset);
 }
 
 json CompletionResponder::usage(int64_t prompt_tokens) const {
@@ -33,7 +47,8 @@ json CompletionResponder::usage(int64_t prompt_tokens) const {
           {"total_tokens", prompt_tokens + completion_tokens_}};
 }
 
-std::vector<json> CompletionResponder::stream_chunks(const std::vector<OutputEvent>& events) {
+std::vector<json> CompletionResponder::stream_chunks(const std::vector<OutputEvent>& events,
+                                                     int64_t prompt_tokens) {
   std::vector<json> out;
   for (const OutputEvent& ev : events) {
     if (!ev.error.empty()) {
@@ -47,20 +62,21 @@ std::vector<json> CompletionResponder::stream_chunks(const std::vector<OutputEve
     // The echoed prompt rides on the choice's first chunk.
     std::string text = first ? c.text + ev.text : ev.text;
     json logprobs = nullptr;
-    if (cfg_.logprobs && !ev.logprobs.empty())
-      append_completion_logprobs(tok_, ev.logprobs, logprobs, c.offset);
+    add_logprobs(ev.choice, c, ev, logprobs);
     const bool done = ev.finish != FinishReason::kNone;
     if (text.empty() && logprobs.is_null() && !done) continue;
-    out.push_back(
-        {{"id", cfg_.id},
-         {"object", "text_completion"},
-         {"created", cfg_.created},
-         {"model", cfg_.model},
-         {"choices", json::array({{{"index", ev.choice},
-                                   {"text", std::move(text)},
-                                   {"logprobs", std::move(logprobs)},
-                                   {"finish_reason", done ? json(finish_reason_name(ev.finish))
-                                                          : json(nullptr)}}})}});
+    json choice = {{"index", ev.choice},
+                   {"text", std::move(text)},
+                   {"logprobs", std::move(logprobs)},
+                   {"finish_reason", done ? json(finish_reason_name(ev.finish)) : json(nullptr)}};
+    if (done) choice["stop_reason"] = stop_reason_json(ev);
+    json chunk = {{"id", cfg_.id},
+                  {"object", "text_completion"},
+                  {"created", cfg_.created},
+                  {"model", cfg_.model},
+                  {"choices", json::array({std::move(choice)})}};
+    if (cfg_.continuous_usage) chunk["usage"] = usage(prompt_tokens);
+    out.push_back(std::move(chunk));
   }
   return out;
 }
@@ -78,9 +94,11 @@ void CompletionResponder::absorb(const std::vector<OutputEvent>& events) {
     Choice& c = choice(ev.choice);
     completion_tokens_ += static_cast<int64_t>(ev.token_ids.size());
     c.text += ev.text;
-    if (cfg_.logprobs && !ev.logprobs.empty())
-      append_completion_logprobs(tok_, ev.logprobs, c.logprobs, c.offset);
-    if (ev.finish != FinishReason::kNone) c.finish = ev.finish;
+    add_logprobs(ev.choice, c, ev, c.logprobs);
+    if (ev.finish != FinishReason::kNone) {
+      c.finish = ev.finish;
+      c.stop_reason = stop_reason_json(ev);
+    }
   }
 }
 
@@ -93,10 +111,14 @@ json CompletionResponder::response(int64_t prompt_tokens) const {
                                                                  {"top_logprobs", json::array()},
                                                                  {"text_offset", json::array()}}
                                                           : c.logprobs;
-    choices.push_back({{"index", i},
-                       {"text", c.text},
-                       {"logprobs", std::move(logprobs)},
-                       {"finish_reason", finish_reason_name(c.finish)}});
+    json choice = {{"index", i},
+                   {"text", c.text},
+                   {"logprobs", std::move(logprobs)},
+                   {"finish_reason", finish_reason_name(c.finish)},
+                   {"stop_reason", c.stop_reason}};
+    if (cfg_.prompt_logprobs)
+      choice["prompt_logprobs"] = prompt_logprob_entries(tok_, cfg_.prompt_ids.at(i), c.prompt_lps);
+    choices.push_back(std::move(choice));
   }
   return {{"id", cfg_.id},       {"object", "text_completion"},   {"created", cfg_.created},
           {"model", cfg_.model}, {"choices", std::move(choices)}, {"usage", usage(prompt_tokens)}};
@@ -105,15 +127,17 @@ json CompletionResponder::response(int64_t prompt_tokens) const {
 Reply handle_completions(ServingContext& ctx, const std::string& body) {
   const CompletionRequest req = parse_completion_request(parse_json_body(body), ctx.opts.defaults);
   ctx.check_model(req.model);
-  if (req.echo && req.sampling.params.logprobs >= 0)
-    bad_request("'echo' together with 'logprobs' (prompt logprobs) is not supported", "echo");
-
+  const bool echo_logprobs = req.echo && req.sampling.params.logprobs >= 0;
   CompletionOutputConfig cfg{.id = random_id("cmpl"),
                              .model = ctx.model_name(),
                              .created = unix_time(),
                              .echo = {},
+                             .echo_ids = {},
                              .logprobs = req.sampling.params.logprobs >= 0,
-                             .include_usage = req.sampling.include_usage};
+                             .prompt_logprobs = req.prompt_logprobs,
+                             .prompt_ids = {},
+                             .include_usage = req.sampling.include_usage,
+                             .continuous_usage = req.sampling.continuous_usage};
   auto driver = std::make_shared<RequestDriver>(ctx, cfg.id);
   for (const PromptInput& p : req.prompts) {
     std::vector<int32_t> ids = p.ids;
@@ -124,7 +148,11 @@ Reply handle_completions(ServingContext& ctx, const std::string& body) {
     } catch (const InvalidArgument& e) {
       bad_request(e.what(), "prompt");
     }
-    for (int i = 0; i < req.sampling.params.n; ++i) cfg.echo.push_back(text);
+    for (int i = 0; i < req.sampling.params.n; ++i) {
+      cfg.echo.push_back(text);
+      cfg.echo_ids.push_back(echo_logprobs ? ids : std::vector<int32_t>{});
+      cfg.prompt_ids.push_back(req.prompt_logprobs ? ids : std::vector<int32_t>{});
+    }
     driver->submit(std::move(ids), req.sampling, "prompt");
   }
   auto responder = std::make_shared<CompletionResponder>(std::move(cfg), ctx.tokenizer);

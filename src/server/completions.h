@@ -17,15 +17,21 @@ struct CompletionOutputConfig {
   std::string model;
   int64_t created = 0;
   std::vector<std::string> echo;  // per choice: the prompt text to prepend (echo), else empty
+  // Per choice: the prompt's ids when its logprobs lead the choice's (echo with logprobs).
+  std::vector<std::vector<int32_t>> echo_ids = {};
   bool logprobs = false;
+  bool prompt_logprobs = false;                       // each choice carries vLLM's prompt_logprobs
+  std::vector<std::vector<int32_t>> prompt_ids = {};  // per choice, for prompt_logprobs
   bool include_usage = false;
+  bool continuous_usage = false;  // every chunk carries the usage so far
 };
 
 class CompletionResponder {
  public:
   CompletionResponder(CompletionOutputConfig cfg, const tok::Tokenizer& tokenizer);
 
-  std::vector<nlohmann::json> stream_chunks(const std::vector<OutputEvent>& events);
+  std::vector<nlohmann::json> stream_chunks(const std::vector<OutputEvent>& events,
+                                            int64_t prompt_tokens);
   std::optional<nlohmann::json> usage_chunk(int64_t prompt_tokens) const;
 
   void absorb(const std::vector<OutputEvent>& events);
@@ -38,8 +44,13 @@ class CompletionResponder {
     int64_t offset = 0;
     bool echoed = false;
     FinishReason finish = FinishReason::kNone;
+    nlohmann::json stop_reason = nullptr;
+    bool scored = false;  // the first event (which carries the prompt's logprobs) came
+    std::vector<Logprobs> prompt_lps;
   };
   Choice& choice(int index);
+  // The event's logprobs (the echoed prompt's first) appended to `obj`.
+  void add_logprobs(int index, Choice& c, const OutputEvent& ev, nlohmann::json& obj);
   nlohmann::json usage(int64_t prompt_tokens) const;
 
   CompletionOutputConfig cfg_;

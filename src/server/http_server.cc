@@ -9,6 +9,7 @@
 #include "server/chat_completions.h"
 #include "server/completions.h"
 #include "server/errors.h"
+#include "server/responses.h"
 #include "server/sse.h"
 
 namespace mls::server {
@@ -23,7 +24,7 @@ struct Route {
 constexpr Route kRoutes[] = {
     {"GET", "/health"},    {"GET", "/version"},         {"GET", "/metrics"},
     {"GET", "/v1/models"}, {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
-    {"POST", "/tokenize"}, {"POST", "/detokenize"},
+    {"POST", "/tokenize"}, {"POST", "/detokenize"},     {"POST", "/v1/responses"},
 };
 
 void send_error(httplib::Response& res, int status, const std::string& message,
@@ -241,6 +242,9 @@ void HttpServer::add_routes() {
              }));
   svr_->Post("/v1/chat/completions", wrap([](ServingContext& ctx, const httplib::Request& req) {
                return handle_chat_completions(ctx, req.body);
+             }));
+  svr_->Post("/v1/responses", wrap([](ServingContext& ctx, const httplib::Request& req) {
+               return handle_responses(ctx, req.body);
              }));
   svr_->Post("/tokenize", wrap([](ServingContext& ctx, const httplib::Request& req) {
                return tokenize(ctx, req.body);

@@ -44,6 +44,47 @@ nlohmann::json chat_logprob_entries(const tok::Tokenizer& tok, const std::vector
   return out;
 }
 
+nlohmann::json prompt_logprob_entries(const tok::Tokenizer& tok,
+                                      const std::vector<int32_t>& prompt_ids,
+                                      const std::vector<Logprobs>& lps) {
+  nlohmann::json out = nlohmann::json::array();
+  if (prompt_ids.empty()) return out;
+  out.push_back(nullptr);
+  for (const Logprobs& lp : lps) {
+    nlohmann::json entry = nlohmann::json::object();
+    const auto add = [&](const TokenLogprob& t, int64_t rank) {
+      entry[std::to_string(t.token_id)] = {{"logprob", finite_logprob(t.logprob)},
+                                           {"rank", rank},
+                                           {"decoded_token", token_string(tok, t.token_id)}};
+    };
+    for (size_t i = 0; i < lp.top.size(); ++i) add(lp.top[i], static_cast<int64_t>(i) + 1);
+    add(lp.sampled, lp.rank);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void append_completion_prompt_logprobs(const tok::Tokenizer& tok,
+                                       const std::vector<int32_t>& prompt_ids,
+                                       const std::vector<Logprobs>& lps, nlohmann::json& obj,
+                                       int64_t& offset) {
+  if (prompt_ids.empty()) return;
+  nlohmann::json first = {{"tokens", nlohmann::json::array()},
+                          {"token_logprobs", nlohmann::json::array({nullptr})},
+                          {"top_logprobs", nlohmann::json::array({nullptr})},
+                          {"text_offset", nlohmann::json::array({offset})}};
+  const std::string s = token_string(tok, prompt_ids[0]);
+  first["tokens"].push_back(s);
+  offset += static_cast<int64_t>(s.size());
+  if (!obj.is_object()) {
+    obj = std::move(first);
+  } else {
+    for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      obj[k].push_back(first[k][0]);
+  }
+  append_completion_logprobs(tok, lps, obj, offset);
+}
+
 void append_completion_logprobs(const tok::Tokenizer& tok, const std::vector<Logprobs>& lps,
                                 nlohmann::json& obj, int64_t& offset) {
   if (!obj.is_object())

@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <mutex>
+#include <set>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "server/errors.h"
 
 namespace mls::server {
@@ -71,8 +75,170 @@ std::vector<int64_t> int_list(const ojson& v, const char* key) {
   return out;
 }
 
+int32_t token_id(const ojson& v, const char* key) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+      v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+    bad_request(fmt::format("'{}' must hold token ids (non-negative integers)", key), key);
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+// logit_bias, allowed_token_ids, bad_words (engine-side vocabulary checks come on submit).
+void parse_token_constraints(const ojson& body, SamplingOptions& o) {
+  SamplingParams& p = o.params;
+  if (const ojson* bias = field(body, "logit_bias")) {
+    if (!bias->is_object())
+      bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+    for (auto it = bias->begin(); it != bias->end(); ++it) {
+      const std::string& key = it.key();
+      const ojson& value = it.value();
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoll(key) > std::numeric_limits<int32_t>::max())
+        bad_request(fmt::format("'logit_bias' key '{}' is not a token id", key), "logit_bias");
+      if (!value.is_number() || !(std::abs(value.get<double>()) <= 100))
+        bad_request(fmt::format("'logit_bias' of token {} must be a number in [-100, 100]", key),
+                    "logit_bias");
+      p.logit_bias.emplace_back(static_cast<int32_t>(std::stoll(key)), value.get<float>());
+    }
+  }
+  if (const ojson* ids = field(body, "allowed_token_ids")) {
+    if (!ids->is_array() || ids->empty())
+      bad_request("'allowed_token_ids' must be a non-empty list of token ids", "allowed_token_ids");
+    for (const ojson& id : *ids) p.allowed_token_ids.push_back(token_id(id, "allowed_token_ids"));
+  }
+  if (const ojson* words = field(body, "bad_words")) {
+    const char* shape = "'bad_words' must be a string or a list of non-empty strings";
+    if (words->is_string()) {
+      o.bad_words.push_back(words->get<std::string>());
+    } else if (words->is_array()) {
+      for (const ojson& w : *words) {
+        if (!w.is_string()) bad_request(shape, "bad_words");
+        o.bad_words.push_back(w.get<std::string>());
+      }
+    } else {
+      bad_request(shape, "bad_words");
+    }
+    for (const std::string& w : o.bad_words)
+      if (w.find_first_not_of(' ') == std::string::npos) bad_request(shape, "bad_words");
+  }
+}
+
+// Fields a peer server defines whose non-default values this server cannot honour: a 400 naming
+// the field rather than an answer computed without it.
+struct Unsupported {
+  const char* name;
+  bool (*is_default)(const ojson&);
+  const char* why;
+};
+
+bool is_false(const ojson& v) {
+  return v.is_boolean() && !v.get<bool>();
+}
+bool is_true(const ojson& v) {
+  return v.is_boolean() && v.get<bool>();
+}
+bool never(const ojson&) {
+  return false;
+}
+
+constexpr Unsupported kUnsupported[] = {
+    {"use_beam_search", is_false, "beam search is not supported"},
+    {"length_penalty", [](const ojson& v) { return v.is_number() && v.get<double>() == 1.0; },
+     "applies to beam search, which is not supported"},
+    {"truncate_prompt_tokens", never, "prompt truncation is not supported"},
+    {"return_tokens_as_token_ids", is_false, "is not supported"},
+    {"return_token_ids", is_false, "is not supported"},
+    {"spaces_between_special_tokens", is_true,
+     "false is not supported (special tokens are joined as the tokenizer decodes them)"},
+    {"priority", [](const ojson& v) { return v.is_number() && v.get<double>() == 0.0; },
+     "is not supported (first come, first served)"},
+    {"logits_processors", never, "custom logits processors are not supported"},
+    {"prompt_embeds", never, "prompt embeddings are not supported"},
+    {"cache_salt", never, "is not supported"},
+    {"kv_transfer_params", never, "disaggregated serving is not supported"},
+    {"vllm_xargs", never, "is not supported"},
+    {"mm_processor_kwargs", never, "multimodal input is not supported"},
+};
+
+constexpr Unsupported kUnsupportedChat[] = {
+    {"echo", is_false, "echo is supported on /v1/completions only"},
+    {"continue_final_message", is_false, "is not supported"},
+    {"chat_template", never,
+     "a request-level chat template is not supported (use --chat-template)"},
+    {"functions", never, "the deprecated 'functions' is not supported: use 'tools'"},
+    {"function_call", never, "the deprecated 'function_call' is not supported: use 'tool_choice'"},
+    {"audio", never, "audio output is not supported"},
+    {"modalities", [](const ojson& v) { return v == ojson::array({"text"}); },
+     "only [\"text\"] is supported"},
+    {"prediction", never, "predicted outputs are not supported"},
+};
+
+constexpr Unsupported kUnsupportedCompletion[] = {
+    {"suffix", [](const ojson& v) { return v.is_string() && v.get<std::string>().empty(); },
+     "is not supported"},
+};
+
+void reject_unsupported(const ojson& body, std::span<const Unsupported> table) {
+  for (const Unsupported& u : table)
+    if (const ojson* v = field(body, u.name); v && !u.is_default(*v))
+      bad_request(fmt::format("'{}' {}", u.name, u.why), u.name);
+}
+
+// The fields each endpoint reads (the structured-output fields are parsed by src/grammar's
+// request side; they are listed here so that they are not reported as ignored).
+constexpr std::string_view kSamplingFields[] = {"model",
+                                                "temperature",
+                                                "top_p",
+                                                "top_k",
+                                                "min_p",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "repetition_penalty",
+                                                "seed",
+                                                "n",
+                                                "max_tokens",
+                                                "max_completion_tokens",
+                                                "min_tokens",
+                                                "ignore_eos",
+                                                "stop_token_ids",
+                                                "stop",
+                                                "skip_special_tokens",
+                                                "stream",
+                                                "stream_options",
+                                                "logit_bias",
+                                                "allowed_token_ids",
+                                                "bad_words",
+                                                "include_stop_str_in_output",
+                                                "prompt_logprobs",
+                                                "best_of",
+                                                "response_format",
+                                                "structured_outputs",
+                                                "guided_json",
+                                                "guided_regex",
+                                                "guided_choice",
+                                                "guided_grammar",
+                                                "guided_decoding_backend",
+                                                "guided_whitespace_pattern"};
+constexpr std::string_view kChatFields[] = {"messages",
+                                            "tools",
+                                            "tool_choice",
+                                            "parallel_tool_calls",
+                                            "include_reasoning",
+                                            "logprobs",
+                                            "top_logprobs",
+                                            "add_generation_prompt",
+                                            "chat_template_kwargs",
+                                            "documents",
+                                            "add_special_tokens"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "logprobs",
+                                                  "add_special_tokens"};
+
+bool listed(std::string_view name, std::span<const std::string_view> list) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
 // Fields shared by both endpoints.
-SamplingOptions parse_sampling(const ojson& body, const GenerationDefaults& d) {
+SamplingOptions parse_sampling_fields(const ojson& body, const GenerationDefaults& d) {
   SamplingOptions o;
   SamplingParams& p = o.params;
   p.temperature = opt_number(body, "temperature").value_or(d.temperature.value_or(1.0));
@@ -133,7 +299,20 @@ SamplingOptions parse_sampling(const ojson& body, const GenerationDefaults& d) {
     if (!o.stream)
       bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     o.include_usage = opt_bool(*so, "include_usage").value_or(false);
+    o.continuous_usage = o.include_usage && opt_bool(*so, "continuous_usage_stats").value_or(false);
   }
+  o.include_stop_str_in_output = opt_bool(body, "include_stop_str_in_output").value_or(false);
+  parse_token_constraints(body, o);
+  if (const std::optional<int64_t> k = opt_int(body, "prompt_logprobs")) {
+    check_range(*k >= 0 && *k <= 20, "prompt_logprobs", "must be in [0, 20]");
+    if (o.stream)
+      bad_request("'prompt_logprobs' is not available when 'stream' is true", "prompt_logprobs");
+    p.prompt_logprobs = static_cast<int>(*k);
+  }
+  // vLLM V1 draws n samples and returns them all; best_of larger than n would rank and drop.
+  if (const std::optional<int64_t> best_of = opt_int(body, "best_of"))
+    check_range(*best_of == p.n, "best_of", "other than n is not supported");
+  reject_unsupported(body, kUnsupported);
   return o;
 }
 
@@ -180,7 +359,7 @@ ojson normalise_tool_calls(const ojson& calls, int index) {
   return calls;
 }
 
-ojson normalise_messages(const ojson& messages) {
+ojson normalise_messages_impl(const ojson& messages) {
   if (!messages.is_array() || messages.empty())
     bad_request("'messages' must be a non-empty list", "messages");
   ojson out = ojson::array();
@@ -270,6 +449,42 @@ void parse_tools(const ojson& body, ChatRequest& r) {
 
 }  // namespace
 
+SamplingOptions parse_sampling(const nlohmann::ordered_json& body,
+                               const GenerationDefaults& defaults) {
+  return parse_sampling_fields(body, defaults);
+}
+
+nlohmann::ordered_json normalise_messages(const nlohmann::ordered_json& messages) {
+  return normalise_messages_impl(messages);
+}
+
+void log_ignored_fields(const nlohmann::ordered_json& body,
+                        std::span<const std::string_view> known) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> logged;
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& key = it.key();
+    if (listed(key, known)) continue;
+    std::lock_guard lock(mu);
+    if (logged.insert(key).second)
+      MLS_LOG_WARN("The following fields were present in the request but ignored: {{'{}'}}", key);
+  }
+}
+
+std::vector<std::vector<int32_t>> bad_words_token_ids(const tok::Tokenizer& tokenizer,
+                                                      const std::vector<std::string>& words) {
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& word : words) {
+    const std::string bare = word.substr(word.find_first_not_of(' '));
+    for (const std::string& text : {bare, " " + bare}) {
+      std::vector<int32_t> ids = tokenizer.encode(text, false);
+      if (!ids.empty() && std::find(out.begin(), out.end(), ids) == out.end())
+        out.push_back(std::move(ids));
+    }
+  }
+  return out;
+}
+
 GenerationDefaults GenerationDefaults::load(const std::filesystem::path& model_dir,
                                             const std::string& mode) {
   GenerationDefaults d;
@@ -310,8 +525,10 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
   ChatRequest r;
   r.model = check_model(body);
   if (!body.contains("messages")) bad_request("'messages' is required", "messages");
-  r.sampling = parse_sampling(body, defaults);
+  r.sampling = parse_sampling_fields(body, defaults);
+  reject_unsupported(body, kUnsupportedChat);
   parse_tools(body, r);
+  r.add_special_tokens = opt_bool(body, "add_special_tokens").value_or(false);
   r.include_reasoning = opt_bool(body, "include_reasoning").value_or(true);
   r.logprobs = opt_bool(body, "logprobs").value_or(false);
   const std::optional<int64_t> top = opt_int(body, "top_logprobs");
@@ -323,7 +540,7 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
 
   ojson& t = r.template_request;
   t = ojson::object();
-  t["messages"] = normalise_messages(body["messages"]);
+  t["messages"] = normalise_messages_impl(body["messages"]);
   if (!r.tools.empty()) t["tools"] = r.tools;
   t["add_generation_prompt"] = opt_bool(body, "add_generation_prompt").value_or(true);
   if (const ojson* kw = field(body, "chat_template_kwargs")) {
@@ -332,6 +549,9 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
     t["chat_template_kwargs"] = *kw;
   }
   if (const ojson* docs = field(body, "documents")) t["documents"] = *docs;
+  std::vector<std::string_view> known(std::begin(kSamplingFields), std::end(kSamplingFields));
+  known.insert(known.end(), std::begin(kChatFields), std::end(kChatFields));
+  log_ignored_fields(body, known);
   return r;
 }
 
@@ -339,13 +559,22 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
                                            const GenerationDefaults& defaults) {
   CompletionRequest r;
   r.model = check_model(body);
-  r.sampling = parse_sampling(body, defaults);
+  r.sampling = parse_sampling_fields(body, defaults);
+  reject_unsupported(body, kUnsupportedCompletion);
   r.echo = opt_bool(body, "echo").value_or(false);
+  r.prompt_logprobs = r.sampling.params.prompt_logprobs >= 0;
   r.add_special_tokens = opt_bool(body, "add_special_tokens").value_or(true);
   if (const std::optional<int64_t> lp = opt_int(body, "logprobs")) {
     check_range(*lp >= 0 && *lp <= 20, "logprobs", "must be in [0, 20]");
     r.sampling.params.logprobs = static_cast<int>(*lp);
+    // echo with logprobs reports the prompt's tokens too: prompt logprobs of the same k (vLLM).
+    if (r.echo)
+      r.sampling.params.prompt_logprobs =
+          std::max(r.sampling.params.prompt_logprobs, static_cast<int>(*lp));
   }
+  std::vector<std::string_view> known(std::begin(kSamplingFields), std::end(kSamplingFields));
+  known.insert(known.end(), std::begin(kCompletionFields), std::end(kCompletionFields));
+  log_ignored_fields(body, known);
   const ojson* prompt = field(body, "prompt");
   if (!prompt) bad_request("'prompt' is required", "prompt");
   const char* shape =

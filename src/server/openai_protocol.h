@@ -1,16 +1,21 @@
 // Parsing and validation of OpenAI request bodies (/v1/completions, /v1/chat/completions) into
 // typed requests. Every malformed input becomes an ApiError 400 that names the field, so that
-// nothing downstream sees an unchecked value; the engine re-validates ranges it owns.
+// nothing downstream sees an unchecked value; the engine re-validates ranges it owns. Every
+// field is honoured, rejected with a 400 when set to what the server cannot do, or (unknown
+// fields) ignored and logged once; docs/server.md lists them all.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mls::server {
 
@@ -27,9 +32,12 @@ struct GenerationDefaults {
 struct SamplingOptions {
   SamplingParams params;  // max_tokens 0: up to max_model_len
   std::vector<std::string> stop;
+  std::vector<std::string> bad_words;  // tokenized into params.bad_words_token_ids on submit
+  bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
+  bool include_usage = false;     // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (with include_usage)
 };
 
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
@@ -44,6 +52,7 @@ struct ChatRequest {
   std::string tool_name;  // kNamed
   bool include_reasoning = true;
   bool logprobs = false;
+  bool add_special_tokens = false;  // vLLM's default for chat: the template adds them
   SamplingOptions sampling;
 };
 
@@ -57,6 +66,7 @@ struct CompletionRequest {
   std::vector<PromptInput> prompts;
   bool echo = false;
   bool add_special_tokens = true;
+  bool prompt_logprobs = false;  // asked explicitly (echo with logprobs scores the prompt too)
   SamplingOptions sampling;
 };
 
@@ -67,5 +77,20 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
                                const GenerationDefaults& defaults);
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
                                            const GenerationDefaults& defaults);
+
+// The sampling fields every endpoint shares (temperature, top_p, stop, logit_bias, ...).
+SamplingOptions parse_sampling(const nlohmann::ordered_json& body,
+                               const GenerationDefaults& defaults);
+// Chat messages normalised for the template (400 naming messages[i].field).
+nlohmann::ordered_json normalise_messages(const nlohmann::ordered_json& messages);
+
+// Fields of `body` outside `known` are ignored: each name is logged once per process (vLLM).
+void log_ignored_fields(const nlohmann::ordered_json& body,
+                        std::span<const std::string_view> known);
+
+// bad_words as vLLM tokenizes them: each word with and without a leading space, without special
+// tokens; duplicates once.
+std::vector<std::vector<int32_t>> bad_words_token_ids(const tok::Tokenizer& tokenizer,
+                                                      const std::vector<std::string>& words);
 
 }  // namespace mls::server

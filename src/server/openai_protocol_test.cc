@@ -129,6 +129,93 @@ TEST(OpenAiProtocol, ParsesSamplingFieldsAndDefaults) {
   EXPECT_TRUE(r.sampling.include_usage);
 }
 
+TEST(OpenAiProtocol, TokenConstraintsAndUnsupportedFieldsNameTheField) {
+  const BadCase completion[] = {
+      {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias", "must be an object"},
+      {R"({"prompt": "x", "logit_bias": {"abc": 1}})", "logit_bias", "'abc' is not a token id"},
+      {R"({"prompt": "x", "logit_bias": {"-3": 1}})", "logit_bias", "is not a token id"},
+      {R"({"prompt": "x", "logit_bias": {"3": 101}})", "logit_bias", "[-100, 100]"},
+      {R"({"prompt": "x", "logit_bias": {"3": "up"}})", "logit_bias", "[-100, 100]"},
+      {R"({"prompt": "x", "allowed_token_ids": []})", "allowed_token_ids", "non-empty list"},
+      {R"({"prompt": "x", "allowed_token_ids": [1, -2]})", "allowed_token_ids", "token ids"},
+      {R"({"prompt": "x", "bad_words": 3})", "bad_words", "string or a list"},
+      {R"({"prompt": "x", "bad_words": ["ok", " "]})", "bad_words", "non-empty strings"},
+      {R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs", "[0, 20]"},
+      {R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})", "prompt_logprobs",
+       "not available when 'stream' is true"},
+      {R"({"prompt": "x", "include_stop_str_in_output": 1})", "include_stop_str_in_output",
+       "must be a boolean"},
+      {R"({"prompt": "x", "best_of": 3})", "best_of", "other than n"},
+      {R"({"prompt": "x", "use_beam_search": true})", "use_beam_search", "not supported"},
+      {R"({"prompt": "x", "suffix": "end"})", "suffix", "not supported"},
+      {R"({"prompt": "x", "truncate_prompt_tokens": 5})", "truncate_prompt_tokens",
+       "not supported"},
+      {R"({"prompt": "x", "spaces_between_special_tokens": false})",
+       "spaces_between_special_tokens", "not supported"},
+  };
+  for (const BadCase& c : completion) expect_400(c, false);
+  const BadCase chat[] = {
+      {R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", "echo",
+       "/v1/completions only"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "functions": []})", "functions",
+       "use 'tools'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "modalities": ["audio"]})", "modalities",
+       "only"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "priority": 3})", "priority",
+       "not supported"},
+  };
+  for (const BadCase& c : chat) expect_400(c, true);
+  // Their default values are accepted.
+  EXPECT_NO_THROW(parse_completion_request(
+      parse_json_body(R"({"prompt": "x", "n": 2, "best_of": 2, "use_beam_search": false,
+                          "suffix": null, "spaces_between_special_tokens": true})"),
+      {}));
+  EXPECT_NO_THROW(parse_chat_request(
+      parse_json_body(R"({"messages": [{"role": "user", "content": "x"}], "echo": false,
+                          "modalities": ["text"], "priority": 0})"),
+      {}));
+}
+
+TEST(OpenAiProtocol, ParsesTheRemainingSamplingFields) {
+  const CompletionRequest r = parse_completion_request(
+      parse_json_body(R"({"prompt": "x", "logit_bias": {"5": -100, "7": 2.5},
+                          "allowed_token_ids": [5, 7, 9], "bad_words": ["a b", "c"],
+                          "include_stop_str_in_output": true, "stream": true,
+                          "stream_options": {"include_usage": true,
+                                             "continuous_usage_stats": true}})"),
+      {});
+  const SamplingParams& p = r.sampling.params;
+  EXPECT_EQ(p.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, -100.0f}, {7, 2.5f}}));
+  EXPECT_EQ(p.allowed_token_ids, (std::vector<int32_t>{5, 7, 9}));
+  EXPECT_EQ(r.sampling.bad_words, (std::vector<std::string>{"a b", "c"}));
+  EXPECT_TRUE(r.sampling.include_stop_str_in_output);
+  EXPECT_TRUE(r.sampling.continuous_usage);
+  // continuous_usage_stats counts only with include_usage.
+  EXPECT_FALSE(parse_completion_request(parse_json_body(R"({"prompt": "x", "stream": true,
+                       "stream_options": {"continuous_usage_stats": true}})"),
+                                        {})
+                   .sampling.continuous_usage);
+  // echo with logprobs scores the prompt with the same k; prompt_logprobs alone too.
+  const CompletionRequest echo = parse_completion_request(
+      parse_json_body(R"({"prompt": "x", "echo": true, "logprobs": 3})"), {});
+  EXPECT_EQ(echo.sampling.params.prompt_logprobs, 3);
+  EXPECT_FALSE(echo.prompt_logprobs);
+  const ChatRequest chat = parse_chat_request(
+      parse_json_body(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 0,
+                          "add_special_tokens": true})"),
+      {});
+  EXPECT_EQ(chat.sampling.params.prompt_logprobs, 0);
+  EXPECT_TRUE(chat.add_special_tokens);
+}
+
+TEST(OpenAiProtocol, BadWordsAreTokenizedWithAndWithoutALeadingSpace) {
+  const tok::Tokenizer tok = tok::Tokenizer::from_dir(MLASERVE_TEST_DATA "/tok-glm");
+  const auto ids = bad_words_token_ids(tok, {" hello", "hello"});
+  ASSERT_EQ(ids.size(), 2u);  // " hello" and "hello" are the same word: two sequences, once
+  EXPECT_EQ(ids[0], tok.encode("hello", false));
+  EXPECT_EQ(ids[1], tok.encode(" hello", false));
+}
+
 TEST(OpenAiProtocol, NormalisesChatMessages) {
   const ChatRequest r = parse_chat_request(parse_json_body(R"({"messages": [
           {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},

@@ -7,6 +7,12 @@
 
 namespace mls::server {
 
+nlohmann::json stop_reason_json(const OutputEvent& ev) {
+  if (ev.stop_token) return *ev.stop_token;
+  if (ev.stop_string) return *ev.stop_string;
+  return nullptr;
+}
+
 void EventChannel::push(OutputEvent ev) {
   {
     std::lock_guard lock(mu_);
@@ -69,10 +75,17 @@ std::string OutputStream::token_text(Sample& s, int32_t id) {
 }
 
 bool OutputStream::release(Sample& s, OutputEvent& ev) {
+  // The earliest match; at equal positions the first in the request's list.
   size_t match = std::string::npos;
-  for (const std::string& stop : spec_.stop) match = std::min(match, s.held.find(stop));
-  if (match != std::string::npos) {
-    ev.text += s.held.substr(0, match);  // the stop string itself is not output (vLLM)
+  const std::string* matched = nullptr;
+  for (const std::string& stop : spec_.stop) {
+    const size_t at = s.held.find(stop);
+    if (at < match) match = at, matched = &stop;
+  }
+  if (matched) {
+    // The stop string itself is output only when asked (vLLM's include_stop_str_in_output).
+    ev.text += s.held.substr(0, match + (spec_.include_stop_str_in_output ? matched->size() : 0));
+    ev.stop_string = *matched;
     s.held.clear();
     return true;
   }
@@ -128,8 +141,9 @@ Verdict OutputStream::handle(const TokenEvent& ev) {
       const std::vector<int32_t>& script = *spec_.script;
       id = s.num_tokens < static_cast<int64_t>(script.size()) ? script[s.num_tokens] : id;
       stop_now = s.num_tokens + 1 >= static_cast<int64_t>(script.size());
-    } else if (ev.logprobs) {
-      out.logprobs.push_back(*ev.logprobs);
+    } else {
+      if (ev.logprobs) out.logprobs.push_back(*ev.logprobs);
+      if (ev.prompt_logprobs) out.prompt_logprobs = *ev.prompt_logprobs;
     }
     const Clock::time_point now = Clock::now();
     if (s.num_tokens > 0 && metrics_)
@@ -137,9 +151,13 @@ Verdict OutputStream::handle(const TokenEvent& ev) {
     s.last_token = now;
     ++s.num_tokens;
     out.token_ids.push_back(id);
-    // A token that ended the sample as a stop id (EOS, stop_token_ids) contributes no text.
+    // A token that ended the sample as a stop id (EOS, stop_token_ids) contributes no text
+    // unless include_stop_str_in_output (vLLM); one of the request's ids is the stop_reason.
     const bool stop_token = !spec_.script && ev.finish == FinishReason::kStop;
-    if (!stop_token) s.held += token_text(s, id);
+    if (!stop_token || spec_.include_stop_str_in_output) s.held += token_text(s, id);
+    if (stop_token && std::find(spec_.stop_token_ids.begin(), spec_.stop_token_ids.end(), id) !=
+                          spec_.stop_token_ids.end())
+      out.stop_token = id;
   }
   if (release(s, out)) {
     reason = FinishReason::kStop;

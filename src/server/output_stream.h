@@ -11,6 +11,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,16 @@ struct OutputEvent {
   std::vector<Logprobs> logprobs;  // one per token when the request asked for logprobs
   FinishReason finish = FinishReason::kNone;  // set on the choice's last event
   std::string error;                          // an internal failure ends the choice
+  // On the choice's first event when prompt_logprobs were asked: prompt positions 1.. .
+  std::vector<Logprobs> prompt_logprobs;
+  // vLLM's stop_reason, on the last event of a choice that stopped on a stop string (which one)
+  // or on one of the request's stop_token_ids (which id); neither for EOS or length.
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token;
 };
+
+// vLLM's stop_reason of a choice's last event: the stop token id, the stop string, or null.
+nlohmann::json stop_reason_json(const OutputEvent& ev);
 
 // Events of every engine request of one HTTP request, in arrival order. Any thread.
 class EventChannel {
@@ -50,6 +61,8 @@ struct StreamSpec {
   int n = 1;
   bool skip_special_tokens = true;
   std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;   // the matched stop string or stop token's text
+  std::vector<int64_t> stop_token_ids = {};  // the request's (stop_reason reports them)
   // Test-only scripted output (`serve --test-script`): these tokens replace the sampled ones
   // and the sample stops after the last, so tool-call and reasoning paths can be driven end to
   // end by a model with random weights.
@@ -78,7 +91,8 @@ class OutputStream {
   };
   Verdict handle(const TokenEvent& ev);
   std::string token_text(Sample& s, int32_t id);
-  // Moves the releasable prefix of s.held into ev.text; true when a stop string matched.
+  // Moves the releasable prefix of s.held into ev.text; true when a stop string matched (it is
+  // then in ev.stop_string).
   bool release(Sample& s, OutputEvent& ev);
   void finish(Sample& s, OutputEvent& ev, FinishReason reason, const TokenEvent& src);
 

@@ -114,5 +114,89 @@ TEST_F(OutputStreamTest, IdsPastTheTokenizerHaveNoText) {
   EXPECT_EQ(events[0].finish, FinishReason::kLength);
 }
 
+// include_stop_str_in_output keeps the matched string; stop_reason names it either way, and the
+// earliest match wins (ties: the first in the request's list).
+TEST_F(OutputStreamTest, StopReasonAndIncludeStopStr) {
+  for (const bool include : {false, true}) {
+    SCOPED_TRACE(include);
+    auto ch = std::make_shared<EventChannel>();
+    OutputStream s(tok_,
+                   {.first_choice = 0,
+                    .n = 1,
+                    .skip_special_tokens = true,
+                    .stop = {"world", "lo"},
+                    .include_stop_str_in_output = include,
+                    .stop_token_ids = {},
+                    .script = nullptr},
+                   ch, nullptr);
+    Verdict v = Verdict::kContinue;
+    for (int32_t id : tok_.encode("hello world", false))
+      if (v == Verdict::kContinue) v = s.on_token(token(id));
+    std::vector<OutputEvent> events;
+    ch->wait(events, std::chrono::milliseconds(0));
+    EXPECT_EQ(text_of(events), include ? "hello" : "hel");
+    ASSERT_TRUE(events.back().stop_string.has_value());
+    EXPECT_EQ(*events.back().stop_string, "lo");
+    EXPECT_EQ(stop_reason_json(events.back()), "lo");
+  }
+}
+
+// A stop id of the request is the stop_reason (its text only with include_stop_str_in_output);
+// EOS and length have none.
+TEST_F(OutputStreamTest, StopTokenIsTheStopReason) {
+  const int32_t stop_id = tok_.encode("!", false).at(0);
+  for (const bool include : {false, true}) {
+    auto ch = std::make_shared<EventChannel>();
+    OutputStream s(tok_,
+                   {.first_choice = 0,
+                    .n = 1,
+                    .skip_special_tokens = true,
+                    .stop = {},
+                    .include_stop_str_in_output = include,
+                    .stop_token_ids = {stop_id},
+                    .script = nullptr},
+                   ch, nullptr);
+    for (int32_t id : tok_.encode("hi", false)) s.on_token(token(id));
+    s.on_token(token(stop_id, FinishReason::kStop));
+    std::vector<OutputEvent> events;
+    ch->wait(events, std::chrono::milliseconds(0));
+    EXPECT_EQ(text_of(events), include ? "hi!" : "hi");
+    EXPECT_EQ(stop_reason_json(events.back()), stop_id);
+  }
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(tok_,
+                 {.first_choice = 0,
+                  .n = 1,
+                  .skip_special_tokens = true,
+                  .stop = {},
+                  .include_stop_str_in_output = false,
+                  .stop_token_ids = {stop_id},
+                  .script = nullptr},
+                 ch, nullptr);
+  s.on_token(token(kEos, FinishReason::kStop));
+  std::vector<OutputEvent> events;
+  ch->wait(events, std::chrono::milliseconds(0));
+  EXPECT_TRUE(stop_reason_json(events.back()).is_null());
+}
+
+TEST_F(OutputStreamTest, PromptLogprobsRideTheFirstEvent) {
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(
+      tok_, {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = nullptr},
+      ch, nullptr);
+  const std::vector<Logprobs> prompt{{{7, -1.5f}, 3, {}}, {{8, -0.5f}, 1, {}}};
+  TokenEvent first = token(tok_.encode("a", false).at(0));
+  first.prompt_logprobs = &prompt;
+  s.on_token(first);
+  s.on_token(token(tok_.encode("b", false).at(0), FinishReason::kLength));
+  std::vector<OutputEvent> events;
+  ch->wait(events, std::chrono::milliseconds(0));
+  ASSERT_EQ(events.size(), 2u);
+  ASSERT_EQ(events[0].prompt_logprobs.size(), 2u);
+  EXPECT_EQ(events[0].prompt_logprobs[1].sampled.token_id, 8);
+  EXPECT_TRUE(events[1].prompt_logprobs.empty());
+  EXPECT_TRUE(stop_reason_json(events[1]).is_null());
+}
+
 }  // namespace
 }  // namespace mls::server

@@ -33,7 +33,8 @@ Reply reply_from_driver(std::shared_ptr<RequestDriver> driver, std::shared_ptr<R
     std::vector<OutputEvent> events;
     try {
       while (driver->next(events)) {
-        for (const nlohmann::json& chunk : responder->stream_chunks(events))
+        for (const nlohmann::json& chunk :
+             responder->stream_chunks(events, driver->prompt_tokens()))
           if (!write(sse_event(chunk))) return driver->abort();
         events.clear();
       }

@@ -32,10 +32,13 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
   req.id = fmt::format("{}-{}", id_, engine_ids_.size());
   req.prompt_ids = std::move(prompt_ids);
   req.params = sampling.params;
+  req.params.bad_words_token_ids = bad_words_token_ids(ctx_.tokenizer, sampling.bad_words);
   StreamSpec spec{.first_choice = num_choices_,
                   .n = sampling.params.n,
                   .skip_special_tokens = sampling.skip_special_tokens,
                   .stop = sampling.stop,
+                  .include_stop_str_in_output = sampling.include_stop_str_in_output,
+                  .stop_token_ids = sampling.params.stop_token_ids,
                   .script = ctx_.opts.test_script};
   if (spec.script) {
     // The script decides where the output ends; nothing sampled may end it earlier.

@@ -13,6 +13,7 @@
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mls::server {
@@ -33,6 +34,8 @@ struct ServingContext {
   const chat::ChatTemplate* chat_template;  // null when the model ships none
   EngineLoop& loop;
   Metrics& metrics;
+  // /v1/responses kept for previous_response_id (shared: handlers copy the context pointer).
+  std::shared_ptr<ResponseStore> responses = std::make_shared<ResponseStore>();
 
   int64_t max_model_len() const { return loop.config().max_model_len; }
   // 404 unless `model` is empty or one of the served names.

@@ -10,6 +10,10 @@ std::string sse_event(const nlohmann::json& payload) {
   return "data: " + dump_json(payload) + "\n\n";
 }
 
+std::string sse_named_event(const std::string& name, const nlohmann::json& payload) {
+  return "event: " + name + "\n" + sse_event(payload);
+}
+
 std::string sse_done() {
   return "data: [DONE]\n\n";
 }

@@ -322,6 +322,7 @@ json run_one(Context& cx, int64_t batch, double load_s) {
     w.tables.push_back(std::move(t));
   }
   cx.runner.allocate_kv_cache(batch * per_seq, f.block_size);
+  cx.runner.reset_broadcast_stats();
 
   json out{
       {"model", f.model},
@@ -373,6 +374,12 @@ json run_one(Context& cx, int64_t batch, double load_s) {
         {"layer_types", layer_types_json(d.layers, c)},
     };
   }
+  // Under mpirun: what the leader sent the other processes per step (docs/multi-node.md).
+  if (const ModelRunner::BroadcastStats b = cx.runner.broadcast_stats(); b.steps > 0)
+    out["step_broadcast"] = {
+        {"steps", b.steps},
+        {"bytes_per_step", static_cast<double>(b.bytes) / static_cast<double>(b.steps)},
+        {"ms_per_step", b.seconds * 1e3 / static_cast<double>(b.steps)}};
   return out;
 }
 
@@ -475,6 +482,7 @@ void run(const BenchFlags& f) {
                       .sequence_parallel = f.sequence_parallel,
                       .device = device});
   const double load_s = seconds(Clock::now() - t0);
+  if (!runner.leader()) return runner.follow();
   const io::ModelConfig& c = runner.config();
   std::fprintf(stderr, "mlaserve bench: model loaded in %.1f s\n", load_s);
   Context cx{.runner = runner,

@@ -98,6 +98,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 void run_logits(const ModelFlags& f, const EngineFlags& e, const std::string& out) {
   const std::vector<int32_t> ids = parse_id_list(f.prompt_ids, "--prompt-ids");
   std::unique_ptr<ModelRunner> runner = load_runner(f);
+  if (!runner->leader()) return runner->follow();
   const auto n = static_cast<int64_t>(ids.size());
   const int64_t mml =
       e.max_model_len > 0 ? e.max_model_len : runner->config().max_position_embeddings;
@@ -149,6 +150,7 @@ void run_generate(const ModelFlags& f, const EngineFlags& e, const GenerateFlags
           ? std::vector<std::vector<int32_t>>{parse_id_list(f.prompt_ids, "--prompt-ids")}
           : read_prompt_file(g.prompt_file);
   std::unique_ptr<ModelRunner> runner = load_runner(f);
+  if (!runner->leader()) return runner->follow();
   const int64_t mml =
       e.max_model_len > 0 ? e.max_model_len : runner->config().max_position_embeddings;
   int64_t blocks = e.num_kv_blocks;

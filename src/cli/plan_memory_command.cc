@@ -31,6 +31,7 @@ void run(const PlanFlags& f) {
                       .sequence_parallel = f.sequence_parallel,
                       .device = parse_device(f.device),
                       .meta = mode == ProfileMode::kMeta});
+  if (!runner.leader()) return runner.follow();
   PlanBudget budget{.device_bytes = f.device_memory_bytes > 0
                                         ? f.device_memory_bytes
                                         : device_memory_bytes(runner.device()),

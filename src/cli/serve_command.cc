@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/memory_planner.h"
 #include "engine/model_runner.h"
+#include "parallel/world.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -124,6 +125,14 @@ std::string human_bytes(double b) {
   return fmt::format("{:.2f} {}", b, units[u]);
 }
 
+RunnerOptions runner_options(const ServeFlags& f, const std::string& model) {
+  return {.model = model,
+          .load_format = parse_load_format(f.load_format),
+          .tensor_parallel_size = f.tensor_parallel_size,
+          .sequence_parallel = f.sequence_parallel,
+          .device = parse_device(f.device)};
+}
+
 std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const std::string& model) {
   int files = 0;
   uintmax_t bytes = 0;
@@ -135,12 +144,7 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const std::string& 
   MLS_LOG_INFO("Loading weights from {}: {} safetensors file(s), {}", model, files,
                human_bytes(static_cast<double>(bytes)));
   const auto t0 = std::chrono::steady_clock::now();
-  auto runner =
-      std::make_unique<ModelRunner>(RunnerOptions{.model = model,
-                                                  .load_format = parse_load_format(f.load_format),
-                                                  .tensor_parallel_size = f.tensor_parallel_size,
-                                                  .sequence_parallel = f.sequence_parallel,
-                                                  .device = parse_device(f.device)});
+  auto runner = std::make_unique<ModelRunner>(runner_options(f, model));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MLS_LOG_INFO(
       "Loading weights took {:.2f} s ({}/s); weights use {} per rank", s,
@@ -225,6 +229,12 @@ void run_serve(ServeFlags f) {
 
   const sigset_t signals = shutdown_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (!World::get().leader()) {
+    // A follower process under mpirun: no HTTP server; SIGTERM stays blocked, the leader's
+    // drain ends the job (docs/multi-node.md).
+    ModelRunner(runner_options(f, model)).follow();
+    return;
+  }
 
   server::HttpOptions http_opts;
   http_opts.host = f.host;

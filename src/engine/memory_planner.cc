@@ -69,15 +69,14 @@ MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const Plan
   const bool meta = mode == ProfileMode::kMeta;
   const bool traced_runner = runner.allocator(0).meta();  // a runner built with meta weights
   if (traced_runner && !meta) raise<InvalidArgument>("a meta runner can only profile in meta mode");
-  for (int r = 0; r < tp; ++r) runner.allocator(r).set_meta(meta);
+  runner.set_meta(meta);
   runner.allocate_kv_cache(profile_blocks, limits.block_size);
-  for (int r = 0; r < tp; ++r) runner.allocator(r).reset_peaks();
+  runner.reset_peaks();
   runner.forward(batch);
-  std::vector<MemStats> stats;
-  for (int r = 0; r < tp; ++r) stats.push_back(runner.allocator(r).stats());
+  const std::vector<MemStats> stats = runner.memory_stats();
   const std::vector<int64_t> untracked = runner.untracked_device_bytes();
   runner.release_kv_cache();
-  for (int r = 0; r < tp; ++r) runner.allocator(r).set_meta(traced_runner);
+  runner.set_meta(traced_runner);
 
   plan.safety_margin_bytes = safety_margin(budget.device_bytes);
   plan.num_blocks = INT64_MAX;
@@ -128,11 +127,13 @@ MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const Plan
 
 void apply_plan(ModelRunner& runner, const MemoryPlan& plan) {
   runner.allocate_kv_cache(plan.num_blocks, plan.block_size);
+  const std::vector<MemStats> stats = runner.memory_stats();
+  std::vector<int64_t> limits;
   for (int r = 0; r < runner.tp_size(); ++r) {
-    Allocator& a = runner.allocator(r);
     const RankPlan& p = plan.ranks[r];
-    a.set_limit(a.stats().current_total + p.profiled_activation_bytes + p.workspace_bytes);
+    limits.push_back(stats[r].current_total + p.profiled_activation_bytes + p.workspace_bytes);
   }
+  runner.set_memory_limits(limits);
 }
 
 nlohmann::json MemoryPlan::to_json() const {

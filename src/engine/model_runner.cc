@@ -1,15 +1,22 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "ops/copy.h"
 #include "parallel/in_process_communicator.h"
+#include "parallel/world.h"
+#ifdef MLASERVE_MPI
+#include "parallel/mpi_communicator.h"
+#endif
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
 #include "core/cuda_context.h"
@@ -24,7 +31,7 @@ namespace mls {
 // run_on_all_ranks hands it (rank 0 included, so every rank runs on a thread of its own and
 // collectives never wait on the caller).
 struct ModelRunner::Rank {
-  int index = 0;
+  int index = 0;  // the rank in the whole group (processes × local ranks)
   Device device;
   std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Model> model;
@@ -69,22 +76,34 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     : device_(opts.device), sequence_parallel_(opts.sequence_parallel) {
   const int tp = opts.tensor_parallel_size;
   if (tp < 1) raise<InvalidArgument>("--tensor-parallel-size must be >= 1 (got {})", tp);
+  const World& world = World::get();
+  if (tp % world.num_processes() != 0)
+    raise<InvalidArgument>(
+        "--tensor-parallel-size {} over {} processes: every process holds the same number of "
+        "ranks, so it must be a multiple of {}",
+        tp, world.num_processes(), world.num_processes());
+  tp_size_ = tp;
+  const int local = tp / world.num_processes();
+  first_rank_ = world.process() * local;
+  // A process's GPUs follow those of the processes before it on its host.
+  const int first_device = opts.device.index + world.local_process() * local;
   const bool gpu = !opts.device.is_cpu();
 #ifdef MLASERVE_CUDA_RUNTIME
-  if (gpu && opts.device.index + tp > cuda_device_count())
+  if (gpu && first_device + local > cuda_device_count())
     raise<InvalidArgument>(
-        "--device {} with --tensor-parallel-size {} needs GPUs {}..{}, but {} "
-        "are visible",
-        opts.device.str(), tp, opts.device.index, opts.device.index + tp - 1, cuda_device_count());
+        "--device {} with --tensor-parallel-size {} needs GPUs {}..{} in process {} of {}, but "
+        "{} are visible",
+        opts.device.str(), tp, first_device, first_device + local - 1, world.process(),
+        world.num_processes(), cuda_device_count());
 #else
   if (gpu) raise<Unsupported>("--device {}: this build has no CUDA backend", opts.device.str());
 #endif
   std::vector<Allocator*> allocs;
   std::vector<int> devices;
-  for (int r = 0; r < tp; ++r) {
+  for (int l = 0; l < local; ++l) {
     auto rank = std::make_unique<Rank>();
-    rank->index = r;
-    rank->device = gpu ? Device::cuda(opts.device.index + r) : Device::cpu();
+    rank->index = first_rank_ + l;
+    rank->device = gpu ? Device::cuda(first_device + l) : Device::cpu();
 #ifdef MLASERVE_CUDA_RUNTIME
     if (gpu) rank->alloc = std::make_unique<CudaAllocator>(rank->device.index);
 #endif
@@ -94,32 +113,124 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     devices.push_back(rank->device.index);
     ranks_.push_back(std::move(rank));
   }
-  if (gpu && tp > 1) {
+  if (gpu && (tp > 1 || World::launched_by_mpirun())) {
 #ifdef MLASERVE_NCCL
-    comms_ = make_nccl_group(devices, allocs);
+    if (World::launched_by_mpirun()) {
+      // NCCL bootstrapped over MPI: the leader's unique id reaches every process.
+      std::vector<uint8_t> id = world.leader() ? make_nccl_unique_id() : std::vector<uint8_t>{};
+      World::get().broadcast(id, false, "the NCCL unique id");
+      comms_ = make_nccl_group(id, tp, first_rank_, devices, allocs);
+    } else {
+      comms_ = make_nccl_group(devices, allocs);
+    }
 #else
     raise<Unsupported>("tensor parallelism on GPUs needs NCCL, which this build lacks");
+#endif
+  } else if (world.multi_process()) {
+#ifdef MLASERVE_MPI
+    comms_ = make_mpi_group(local, allocs);
 #endif
   } else {
     comms_ = make_in_process_group(tp, allocs);
   }
   for (auto& r : ranks_) r->worker = std::thread([rank = r.get()] { rank->loop(); });
   try {
+    const auto t0 = std::chrono::steady_clock::now();
     run_on_all_ranks([&](Rank& r) {
       LoadOptions lo;
       lo.format = opts.load_format;
-      lo.parallel = {tp, r.index, comms_[r.index].get(), opts.sequence_parallel};
+      lo.parallel = {tp, r.index, comms_[r.index - first_rank_].get(), opts.sequence_parallel};
       lo.alloc = r.alloc.get();
       r.model = Model::load(opts.model, lo);
     });
+    log_load_summary(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (...) {
     stop_workers();  // no destructor runs for a half-built runner
     throw;
   }
 }
 
+// Each process's load, on the leader's log.
+void ModelRunner::log_load_summary(double seconds) {
+  const World& world = World::get();
+  if (!world.multi_process()) return;
+  const int64_t weights = ranks_[0]->alloc->stats().cur(MemTag::kWeights);
+  const std::string mine = fmt::format(
+      "process {} on {}: ranks {}..{} loaded in {:.2f} s, {:.1f} MiB of weights per rank",
+      world.process(), world.host(), first_rank_, first_rank_ + static_cast<int>(ranks_.size()) - 1,
+      seconds, static_cast<double>(weights) / (1 << 20));
+  const auto lines = World::get().gather(
+      std::span(reinterpret_cast<const uint8_t*>(mine.data()), mine.size()), "the load summary");
+  for (const auto& l : lines) MLS_LOG_INFO("{}", std::string(l.begin(), l.end()));
+}
+
 ModelRunner::~ModelRunner() {
+  try {
+    broadcast(RunnerOp::kStop);
+  } catch (const std::exception&) {
+    // The job is failing already (World::fail_job); the followers go down with it.
+  }
   stop_workers();
+}
+
+bool ModelRunner::leader() const {
+  return World::get().leader();
+}
+
+void ModelRunner::broadcast(RunnerOp op, std::vector<int64_t> args, const ForwardBatch* batch,
+                            bool observe) {
+  World& world = World::get();
+  if (!world.multi_process() || !world.leader()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  command_.op = op;
+  command_.args = std::move(args);
+  command_.observe = observe;
+  if (batch) command_.batch = *batch;
+  encode(command_, wire_);
+  world.broadcast(wire_, false, "the step broadcast");
+  if (op != RunnerOp::kForward) return;
+  ++broadcast_stats_.steps;
+  broadcast_stats_.bytes += static_cast<int64_t>(wire_.size());
+  broadcast_stats_.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ModelRunner::follow() {
+  if (leader()) raise<InternalError>("follow() on the leader process");
+  const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
+  for (;;) {
+    World::get().broadcast(wire_, true, "the leader's next command");
+    decode(wire_, command_);
+    const std::vector<int64_t>& a = command_.args;
+    switch (command_.op) {
+      case RunnerOp::kForward:
+        forward(command_.batch, command_.observe ? ignore : nullptr);
+        break;
+      case RunnerOp::kAllocateKv:
+        allocate_kv_cache(a.at(0), a.at(1));
+        break;
+      case RunnerOp::kReleaseKv:
+        release_kv_cache();
+        break;
+      case RunnerOp::kSetMeta:
+        set_meta(a.at(0) != 0);
+        break;
+      case RunnerOp::kResetPeaks:
+        reset_peaks();
+        break;
+      case RunnerOp::kMemoryStats:
+        memory_stats();
+        break;
+      case RunnerOp::kSetLimits:
+        set_memory_limits(a);
+        break;
+      case RunnerOp::kUntrackedBytes:
+        untracked_device_bytes();
+        break;
+      case RunnerOp::kStop:
+        return;
+    }
+  }
 }
 
 void ModelRunner::stop_workers() {
@@ -133,7 +244,7 @@ void ModelRunner::stop_workers() {
   }
 }
 
-void ModelRunner::run_on_all_ranks(const std::function<void(Rank&)>& fn) {
+void ModelRunner::run_on_all_ranks(const std::function<void(Rank&)>& fn, const char* bounded) {
   for (auto& r : ranks_) {
     std::lock_guard lock(r->mu);
     r->error = nullptr;
@@ -141,10 +252,27 @@ void ModelRunner::run_on_all_ranks(const std::function<void(Rank&)>& fn) {
     r->job = [&fn, rank = r.get()] { fn(*rank); };
   }
   for (auto& r : ranks_) r->cv.notify_all();
+  // Under mpirun, GPU collectives (NCCL kernels, which have no timeout of their own) wait on
+  // other processes: the whole job is bounded instead. CPU collectives bound each wait.
+  const World& world = World::get();
+  const bool bound = bounded && World::launched_by_mpirun() && !device_.is_cpu();
+  const auto deadline = std::chrono::steady_clock::now() + world.timeout();
   std::exception_ptr first;
   for (auto& r : ranks_) {
     std::unique_lock lock(r->mu);
-    r->cv.wait(lock, [&] { return !r->busy; });
+    const auto idle = [&] { return !r->busy; };
+    if (!bound) {
+      r->cv.wait(lock, idle);
+    } else if (!r->cv.wait_until(lock, deadline, idle)) {
+      const std::string msg = fmt::format(
+          "distributed timeout: {} on rank {} did not complete within {} s on process {} of {} "
+          "({}): a GPU collective waits for a process of the job that died or hangs "
+          "(--distributed-timeout-seconds)",
+          bounded, r->index, std::chrono::duration<double>(world.timeout()).count(),
+          world.process(), world.num_processes(), world.host());
+      World::get().fail_job(msg);
+      throw DistributedError(msg);
+    }
     if (r->error && !first) first = r->error;
   }
   if (first) std::rethrow_exception(first);
@@ -155,10 +283,50 @@ const io::ModelConfig& ModelRunner::config() const {
 }
 
 Allocator& ModelRunner::allocator(int rank) const {
-  return *ranks_.at(rank)->alloc;
+  const int local = rank - first_rank_;
+  if (local < 0 || local >= static_cast<int>(ranks_.size()))
+    raise<InternalError>("rank {} is not one of this process's ranks {}..{}", rank, first_rank_,
+                         first_rank_ + static_cast<int>(ranks_.size()) - 1);
+  return *ranks_[local]->alloc;
+}
+
+std::vector<MemStats> ModelRunner::memory_stats() {
+  static_assert(std::is_trivially_copyable_v<MemStats>);
+  broadcast(RunnerOp::kMemoryStats);
+  std::vector<MemStats> mine;
+  for (const auto& r : ranks_) mine.push_back(r->alloc->stats());
+  if (!World::get().multi_process()) return mine;
+  const auto parts = World::get().gather(
+      std::span(reinterpret_cast<const uint8_t*>(mine.data()), mine.size() * sizeof(MemStats)),
+      "the memory statistics");
+  std::vector<MemStats> all;
+  for (const auto& p : parts) {
+    const size_t n = p.size() / sizeof(MemStats);
+    all.resize(all.size() + n);
+    std::memcpy(&all[all.size() - n], p.data(), p.size());
+  }
+  return all;
+}
+
+void ModelRunner::reset_peaks() {
+  broadcast(RunnerOp::kResetPeaks);
+  for (auto& r : ranks_) r->alloc->reset_peaks();
+}
+
+void ModelRunner::set_meta(bool on) {
+  broadcast(RunnerOp::kSetMeta, {on ? 1 : 0});
+  for (auto& r : ranks_) r->alloc->set_meta(on);
+}
+
+void ModelRunner::set_memory_limits(const std::vector<int64_t>& bytes) {
+  if (static_cast<int>(bytes.size()) != tp_size_)
+    raise<InternalError>("{} memory limits for {} ranks", bytes.size(), tp_size_);
+  broadcast(RunnerOp::kSetLimits, bytes);
+  for (auto& r : ranks_) r->alloc->set_limit(bytes[r->index]);
 }
 
 void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
+  broadcast(RunnerOp::kAllocateKv, {num_blocks, block_size});
   run_on_all_ranks([&](Rank& r) {
     r.kv = KvCache();  // free the old cache before taking the new one
     r.kv = KvCache::allocate(r.model->config(), num_blocks, block_size, activation_dtype(r.device),
@@ -169,6 +337,7 @@ void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
 }
 
 void ModelRunner::release_kv_cache() {
+  broadcast(RunnerOp::kReleaseKv);
   run_on_all_ranks([](Rank& r) { r.kv = KvCache(); });
   num_blocks_ = 0;
   block_size_ = 0;
@@ -180,13 +349,17 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= config().vocab_size)
       raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config().vocab_size);
-  run_on_all_ranks([&](Rank& r) {
-    // Every rank observes when rank 0 does: under sequence parallelism an observed tensor is
-    // gathered from all ranks' shards, a collective every rank must join.
-    const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
-    Tensor logits = r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
-    if (r.index == 0 && logits.raw()) finish(r, logits);
-  });
+  broadcast(RunnerOp::kForward, {}, &batch, observer != nullptr);
+  run_on_all_ranks(
+      [&](Rank& r) {
+        // Every rank observes when rank 0 does: under sequence parallelism an observed tensor is
+        // gathered from all ranks' shards, a collective every rank must join.
+        const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
+        Tensor logits =
+            r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
+        if (r.index == 0 && logits.raw()) finish(r, logits);
+      },
+      "the forward step");
 }
 
 Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {
@@ -222,18 +395,29 @@ SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
 }
 
 std::vector<int64_t> ModelRunner::untracked_device_bytes() {
+  broadcast(RunnerOp::kUntrackedBytes);
   std::vector<int64_t> out(ranks_.size(), 0);
 #ifdef MLASERVE_CUDA_RUNTIME
-  if (device_.is_cpu()) return out;
-  run_on_all_ranks([&](Rank& r) {
-    cuda::synchronize();
-    int64_t free_b = 0, total_b = 0;
-    cuda_memory_info(r.device.index, &free_b, &total_b);
-    const auto& ca = static_cast<const CudaAllocator&>(*r.alloc);
-    out[r.index] = std::max<int64_t>(0, total_b - free_b - ca.reserved_bytes());
-  });
+  if (!device_.is_cpu())
+    run_on_all_ranks([&](Rank& r) {
+      cuda::synchronize();
+      int64_t free_b = 0, total_b = 0;
+      cuda_memory_info(r.device.index, &free_b, &total_b);
+      const auto& ca = static_cast<const CudaAllocator&>(*r.alloc);
+      out[r.index - first_rank_] = std::max<int64_t>(0, total_b - free_b - ca.reserved_bytes());
+    });
 #endif
-  return out;
+  if (!World::get().multi_process()) return out;
+  const auto parts = World::get().gather(
+      std::span(reinterpret_cast<const uint8_t*>(out.data()), out.size() * sizeof(int64_t)),
+      "the untracked device memory");
+  std::vector<int64_t> all;
+  for (const auto& p : parts) {
+    const size_t n = p.size() / sizeof(int64_t);
+    all.resize(all.size() + n);
+    std::memcpy(&all[all.size() - n], p.data(), p.size());
+  }
+  return all;
 }
 
 }  // namespace mls

@@ -1,7 +1,11 @@
-// Runs one model over all its tensor-parallel ranks. Ranks are threads of this process, one
-// device each, each holding its weight shard and its own KV cache (DESIGN.md "Parallelism");
-// forward() hands the same batch to every rank and returns the logits, which every rank holds
-// after the vocab-parallel gather. The engine above sees a single model.
+// Runs one model over all its tensor-parallel ranks. Ranks are threads, one device each, each
+// holding its weight shard and its own KV cache (DESIGN.md "Parallelism"); forward() hands the
+// same batch to every rank and returns the logits, which every rank holds after the
+// vocab-parallel gather. The engine above sees a single model.
+//
+// Under mpirun (parallel/world.h, docs/multi-node.md) every process builds the runner with the
+// same options and runs its share of the ranks; the leader's calls are broadcast to the other
+// processes (engine/step_broadcast.h), which run follow() until the leader's runner is gone.
 #pragma once
 
 #include <filesystem>
@@ -9,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/step_broadcast.h"
 #include "model/model.h"
 #include "ops/sampling.h"
 
@@ -42,9 +47,29 @@ class ModelRunner {
   const io::ModelConfig& config() const;
   // Rank 0's device.
   Device device() const { return device_; }
-  int tp_size() const { return static_cast<int>(ranks_.size()); }
-  // The tracked allocator of one rank (the planner reads each rank's figures).
+  int tp_size() const { return tp_size_; }
+  // The tracked allocator of one of this process's ranks.
   Allocator& allocator(int rank) const;
+  // Every rank's allocator figures in rank order, gathered from every process (the planner's
+  // input); reset_peaks, set_meta and set_memory_limits (one limit per rank) reach every rank.
+  std::vector<MemStats> memory_stats();
+  void reset_peaks();
+  void set_meta(bool on);
+  void set_memory_limits(const std::vector<int64_t>& bytes);
+
+  // The world's leader process drives the runner; a follower calls follow() after
+  // construction, which runs the leader's calls on this process's ranks until the leader's
+  // runner is destroyed.
+  bool leader() const;
+  void follow();
+  // What the leader has broadcast to the followers (nothing in a one-process world).
+  struct BroadcastStats {
+    int64_t steps = 0;   // forward commands
+    int64_t bytes = 0;   // their encoded size
+    double seconds = 0;  // encoding and broadcasting them
+  };
+  BroadcastStats broadcast_stats() const { return broadcast_stats_; }
+  void reset_broadcast_stats() { broadcast_stats_ = {}; }
 
   // (Re)allocates the paged KV cache on every rank.
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size);
@@ -68,12 +93,22 @@ class ModelRunner {
 
  private:
   struct Rank;
-  void run_on_all_ranks(const std::function<void(Rank&)>& fn);
+  // `bounded` (the job's name) bounds the wait by World::timeout() under mpirun on GPUs.
+  void run_on_all_ranks(const std::function<void(Rank&)>& fn, const char* bounded = nullptr);
   // One forward on every rank; `finish` runs on rank 0's thread with its logits.
   void step(const ForwardBatch& batch, const ForwardObserver& observer,
             const std::function<void(Rank&, Tensor&)>& finish);
   void stop_workers();
+  // On the leader of a multi-process world: sends the command to the followers.
+  void broadcast(RunnerOp op, std::vector<int64_t> args = {}, const ForwardBatch* batch = nullptr,
+                 bool observe = false);
+  void log_load_summary(double seconds);
 
+  int tp_size_ = 1;
+  int first_rank_ = 0;  // this process's first rank
+  RunnerCommand command_;
+  std::vector<uint8_t> wire_;
+  BroadcastStats broadcast_stats_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::unique_ptr<Communicator>> comms_;
   Device device_;

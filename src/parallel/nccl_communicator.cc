@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+
 #include "core/cuda_context.h"
 #include "core/error.h"
 #include "parallel/nccl_communicator.h"
@@ -156,6 +158,39 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_group(
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r)
     out.push_back(std::make_unique<NcclCommunicator>(comms[r], r, n, devices[r], *allocators[r]));
+  return out;
+}
+
+std::vector<uint8_t> make_nccl_unique_id() {
+  ncclUniqueId id;
+  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  const auto* p = reinterpret_cast<const uint8_t*>(id.internal);
+  return {p, p + sizeof id.internal};
+}
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(
+    const std::vector<uint8_t>& unique_id, int size, int first_rank,
+    const std::vector<int>& devices, const std::vector<Allocator*>& allocators) {
+  const int n = static_cast<int>(devices.size());
+  ncclUniqueId id;
+  if (unique_id.size() != sizeof id.internal || static_cast<int>(allocators.size()) != n ||
+      first_rank < 0 || first_rank + n > size)
+    raise<InvalidArgument>("NCCL ranks {}..{} of {} with a {}-byte id and {} allocators",
+                           first_rank, first_rank + n - 1, size, unique_id.size(),
+                           allocators.size());
+  std::copy(unique_id.begin(), unique_id.end(), reinterpret_cast<uint8_t*>(id.internal));
+  std::vector<ncclComm_t> comms(n);
+  // One process initialising several ranks must group the calls (NCCL waits for all ranks).
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  for (int i = 0; i < n; ++i) {
+    check_cuda(cudaSetDevice(devices[i]), "cudaSetDevice");
+    check_nccl(ncclCommInitRank(&comms[i], size, id, first_rank + i), "ncclCommInitRank");
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(std::make_unique<NcclCommunicator>(comms[i], first_rank + i, size, devices[i],
+                                                     *allocators[i]));
   return out;
 }
 

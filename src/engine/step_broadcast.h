@@ -1,0 +1,42 @@
+// What the leader process's model runner sends the follower processes (docs/multi-node.md):
+// one command per runner call, a step being its ForwardBatch. Sampling rows are not sent: the
+// logits rows are drawn on rank 0's device, which is the leader's. The encoding is compact for
+// the per-step case: LEB128 varints, block tables as zigzag deltas (consecutive blocks take one
+// byte each), token ids as varints.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/forward_batch.h"
+
+namespace mls {
+
+enum class RunnerOp : uint8_t {
+  kForward,         // batch, observe
+  kAllocateKv,      // args {num_blocks, block_size}
+  kReleaseKv,       //
+  kSetMeta,         // args {on}
+  kResetPeaks,      //
+  kMemoryStats,     // followers answer with their ranks' MemStats (gathered)
+  kSetLimits,       // args: one allocator limit per rank of the group
+  kUntrackedBytes,  // followers answer with their ranks' untracked device bytes (gathered)
+  kStop,            // the leader's runner is gone: followers return from follow()
+};
+
+struct RunnerCommand {
+  RunnerOp op = RunnerOp::kStop;
+  ForwardBatch batch;
+  // Rank 0 observes the forward's intermediates: under sequence parallelism each observation
+  // gathers from every rank, so every rank must run the observer's collectives.
+  bool observe = false;
+  std::vector<int64_t> args;
+};
+
+// Replaces `out` with the encoding (its capacity is reused from step to step).
+void encode(const RunnerCommand& cmd, std::vector<uint8_t>& out);
+// Throws InternalError on bytes that are not one whole command.
+void decode(std::span<const uint8_t> bytes, RunnerCommand& cmd);
+
+}  // namespace mls

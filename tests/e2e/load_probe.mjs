@@ -41,7 +41,7 @@ async function probeChat() {
       const r = await fetch(`${baseURL}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'Content-Type': 'application/json' },
-        signal: AbortSignal.timeout(20000),
+        signal: AbortSignal.timeout(60000),
         body: JSON.stringify({ model, messages: [{ role: 'user', content: `probe ${i++}` }],
           max_tokens: 4, ignore_eos: true, temperature: 0, stream: true }),
       });

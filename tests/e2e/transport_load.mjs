@@ -37,7 +37,11 @@ const RSS_TOLERANCE = 0.10;
 
 const demo = { dir: path.resolve(here, '../../models/demo-glm5'), name: 'demo-glm5',
   maxModelLen: 2048, kvBytes: '512MiB' };
-const server = await startServer(['--device', 'cpu', '--max-num-seqs', String(streams + 16)], {}, demo);
+// Under this load the generator's own event loop lags by seconds; a lagging client may reuse a
+// kept-alive connection just as the server retires it (HTTP/1.1's keep-alive race, which the
+// protocol leaves to clients), so the server keeps idle connections longer here than its 5 s.
+const server = await startServer(['--device', 'cpu', '--max-num-seqs', String(streams + 16),
+  '--max-keep-alive-seconds', '30'], {}, demo);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const rssMiB = () => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${server.pid}/status`, 'utf8'))[1]) / 1024;
 const scrape = async () => parsePrometheus(await (await fetch(`${server.baseURL}/metrics`)).text());

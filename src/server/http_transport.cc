@@ -440,11 +440,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     else
       h += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
     for (const auto& [k, v] : extra_headers_) h += fmt::format("{}: {}\r\n", k, v);
-    // Announcing the idle timeout lets clients retire a connection before the server does,
-    // instead of racing a new request against its close.
-    h += keep_alive_ ? fmt::format("Connection: keep-alive\r\nKeep-Alive: timeout={}\r\n\r\n",
-                                   srv_.opts.limits.keep_alive_timeout.count())
-                     : "Connection: close\r\n\r\n";
+    h += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     return h;
   }
 

@@ -1,9 +1,11 @@
 // Load generator for `mlaserve serve` (or any OpenAI-compatible server): C concurrent clients
 // each send streaming chat completions back to back for a fixed number of requests; reports
 // requests/s, output tokens/s and time-to-first-token percentiles. No dependencies (fetch + SSE).
+// --concurrency takes a list (`1,50,256`): one run per level, one JSON line each, with
+// `--requests` per client at that level (at least --min-requests in all).
 //
 //   node bench/serve_load.mjs --url http://127.0.0.1:8000 --model NAME \
-//        --concurrency 50 --requests 200 --max-tokens 16
+//        --concurrency 1,50,256 --requests 200 --max-tokens 16
 import { parseArgs } from 'node:util';
 
 const { values: o } = parseArgs({
@@ -12,12 +14,12 @@ const { values: o } = parseArgs({
     model: { type: 'string', default: '' },
     concurrency: { type: 'string', default: '1' },
     requests: { type: 'string', default: '50' },
+    'per-client': { type: 'boolean', default: false },
     'max-tokens': { type: 'string', default: '16' },
     'api-key': { type: 'string', default: process.env.MLASERVE_API_KEY ?? '' },
   },
 });
-const concurrency = Number(o.concurrency);
-const total = Number(o.requests);
+const levels = o.concurrency.split(',').map(Number);
 const maxTokens = Number(o['max-tokens']);
 const headers = { 'Content-Type': 'application/json' };
 if (o['api-key']) headers.Authorization = `Bearer ${o['api-key']}`;
@@ -55,20 +57,27 @@ async function one(i) {
   return { ttft: ttft ?? performance.now() - t0, latency: performance.now() - t0, tokens };
 }
 
-const results = [];
-let next = 0;
-const start = performance.now();
-await Promise.all(Array.from({ length: concurrency }, async () => {
-  while (next < total) results.push(await one(next++));
-}));
-const seconds = (performance.now() - start) / 1000;
 const pct = (xs, p) => xs.slice().sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
-const ttfts = results.map((r) => r.ttft);
-const outTokens = results.reduce((s, r) => s + r.tokens, 0);
-console.log(JSON.stringify({
-  concurrency, requests: results.length, max_tokens: maxTokens, seconds: +seconds.toFixed(2),
-  requests_per_s: +(results.length / seconds).toFixed(2),
-  output_tokens_per_s: +(outTokens / seconds).toFixed(1),
-  ttft_ms: { p50: +pct(ttfts, 0.5).toFixed(1), p90: +pct(ttfts, 0.9).toFixed(1), p99: +pct(ttfts, 0.99).toFixed(1) },
-  latency_ms_p50: +pct(results.map((r) => r.latency), 0.5).toFixed(1),
-}));
+
+// `--requests` in all, or per client with --per-client (so that every level runs long enough).
+async function level(concurrency) {
+  const total = o['per-client'] ? Number(o.requests) * concurrency : Number(o.requests);
+  const results = [];
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < total) results.push(await one(next++));
+  }));
+  const seconds = (performance.now() - start) / 1000;
+  const ttfts = results.map((r) => r.ttft);
+  const outTokens = results.reduce((s, r) => s + r.tokens, 0);
+  console.log(JSON.stringify({
+    concurrency, requests: results.length, max_tokens: maxTokens, seconds: +seconds.toFixed(2),
+    requests_per_s: +(results.length / seconds).toFixed(2),
+    output_tokens_per_s: +(outTokens / seconds).toFixed(1),
+    ttft_ms: { p50: +pct(ttfts, 0.5).toFixed(1), p90: +pct(ttfts, 0.9).toFixed(1), p99: +pct(ttfts, 0.99).toFixed(1) },
+    latency_ms_p50: +pct(results.map((r) => r.latency), 0.5).toFixed(1),
+  }));
+}
+
+for (const c of levels) await level(c);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -20,7 +21,9 @@
 #include "engine/memory_planner.h"
 #include "engine/model_runner.h"
 #include "parallel/world.h"
+#include "server/cors.h"
 #include "server/engine_loop.h"
+#include "server/http_limits.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/serving_context.h"
@@ -40,7 +43,6 @@ struct ServeFlags {
   std::string host = "0.0.0.0";
   int port = 8000;
   std::vector<std::string> served_model_name;
-  std::string api_key;
   int tensor_parallel_size = 1;
   bool sequence_parallel = false;
   double gpu_memory_utilization = 0.9;
@@ -59,10 +61,78 @@ struct ServeFlags {
   std::string reasoning_parser;
   std::string generation_config = "auto";
   std::string test_script;
+  // The transport and its security surface (docs/server.md).
+  std::vector<std::string> api_key;
+  std::string uds;
+  std::string ssl_keyfile;
+  std::string ssl_certfile;
+  std::string root_path;
+  std::string allowed_origins = R"(["*"])";
+  std::string allowed_methods = R"(["*"])";
+  std::string allowed_headers = R"(["*"])";
+  bool allow_credentials = false;
+  double shutdown_timeout = 30;
+  server::HttpLimits limits;
 };
 
 // Every vLLM reasoning parser name that means "<think>...</think>".
 const std::vector<std::string> kThinkParsers = {"deepseek_r1", "deepseek_v3", "glm45", "qwen3"};
+
+// The transport's flags: security (vLLM's names), limits (HttpLimits holds each default) and the
+// drain deadline.
+void add_transport_flags(CLI::App* cmd, ServeFlags& f) {
+  cmd->add_option("--api-key", f.api_key,
+                  "Bearer key(s) required on /v1/*, /tokenize, /detokenize (default: "
+                  "$VLLM_API_KEY, else $MLASERVE_API_KEY)");
+  cmd->add_option("--uds", f.uds, "Listen on this Unix socket instead of --host/--port");
+  cmd->add_option("--ssl-keyfile", f.ssl_keyfile, "TLS private key (PEM)");
+  cmd->add_option("--ssl-certfile", f.ssl_certfile, "TLS certificate chain (PEM)");
+  cmd->add_option("--root-path", f.root_path, "Route prefix left by a proxy (stripped)");
+  cmd->add_option("--allowed-origins", f.allowed_origins, "CORS origins (JSON list)")
+      ->capture_default_str();
+  cmd->add_option("--allowed-methods", f.allowed_methods, "CORS methods (JSON list)")
+      ->capture_default_str();
+  cmd->add_option("--allowed-headers", f.allowed_headers, "CORS request headers (JSON list)")
+      ->capture_default_str();
+  cmd->add_flag("--allow-credentials", f.allow_credentials, "CORS: allow credentials");
+  cmd->add_option("--shutdown-timeout", f.shutdown_timeout,
+                  "Seconds requests in flight may run on after SIGTERM/SIGINT before they are "
+                  "aborted")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  server::HttpLimits& l = f.limits;
+  const auto bytes = [&](const char* name, size_t& v, const char* what) {
+    cmd->add_option(name, v, what)->transform(CLI::AsSizeValue(false))->capture_default_str();
+  };
+  const auto seconds = [&](const char* name, std::chrono::seconds& v, const char* what) {
+    return cmd
+        ->add_option_function<int64_t>(
+            name, [&v](int64_t s) { v = std::chrono::seconds(s); }, what)
+        ->check(CLI::PositiveNumber)
+        ->default_str(std::to_string(v.count()));
+  };
+  bytes("--h11-max-incomplete-event-size", l.max_header_bytes,
+        "Request line and headers, bytes (431 beyond)");
+  cmd->add_option("--h11-max-header-count", l.max_header_count, "Header fields (431 beyond)")
+      ->capture_default_str();
+  bytes("--max-uri-length", l.max_uri_bytes, "Request target, bytes (414 beyond)");
+  bytes("--max-request-body-bytes", l.max_body_bytes,
+        "Request body under any framing, bytes (413 beyond)");
+  seconds("--max-header-seconds", l.header_timeout,
+          "From accept (or a kept-alive request's first byte) to the end of the headers");
+  seconds("--max-body-seconds", l.body_timeout, "Reading a request body");
+  seconds("--max-keep-alive-seconds", l.keep_alive_timeout, "Idle kept-alive connection")
+      ->envname("VLLM_HTTP_TIMEOUT_KEEP_ALIVE");
+  seconds("--max-send-stall-seconds", l.send_timeout,
+          "A write that makes no progress ends the connection");
+  cmd->add_option("--max-connections", l.max_connections, "Open connections (503 beyond)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-peer", l.max_connections_per_peer,
+                  "Open connections from one address (503 beyond)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
 
 void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("model_tag", f.model_positional, "Model directory (same as --model)");
@@ -71,8 +141,6 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("--port", f.port, "Port to listen on")->capture_default_str();
   cmd->add_option("--served-model-name", f.served_model_name,
                   "Model name(s) clients use (default: the model path as given)");
-  cmd->add_option("--api-key", f.api_key, "Require this key as Bearer token on /v1 routes")
-      ->envname("MLASERVE_API_KEY");
   cmd->add_option("--tensor-parallel-size", f.tensor_parallel_size, "Ranks (one device each)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--sequence-parallel", f.sequence_parallel,
@@ -113,6 +181,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
       ->check(CLI::IsMember({"auto", "vllm"}));
   // Test-only: the model "says" the tokenization of this file instead of sampling.
   cmd->add_option("--test-script", f.test_script)->group("");
+  add_transport_flags(cmd, f);
 }
 
 std::string human_bytes(double b) {
@@ -196,6 +265,27 @@ std::optional<chat::ChatTemplate> load_chat_template(const ServeFlags& f,
   }
 }
 
+server::HttpOptions http_options(const ServeFlags& f) {
+  server::HttpOptions o;
+  o.transport = {.host = f.host,
+                 .port = f.port,
+                 .uds = f.uds,
+                 .ssl_certfile = f.ssl_certfile,
+                 .ssl_keyfile = f.ssl_keyfile,
+                 .limits = f.limits};
+  o.api_keys = f.api_key;
+  for (const char* env : {"VLLM_API_KEY", "MLASERVE_API_KEY"})
+    if (const char* v = std::getenv(env); o.api_keys.empty() && v && *v) o.api_keys.push_back(v);
+  o.cors = {.allowed_origins = server::parse_cors_list("--allowed-origins", f.allowed_origins),
+            .allowed_methods = server::parse_cors_list("--allowed-methods", f.allowed_methods),
+            .allowed_headers = server::parse_cors_list("--allowed-headers", f.allowed_headers),
+            .allow_credentials = f.allow_credentials};
+  o.root_path = f.root_path;
+  while (o.root_path.size() > 1 && o.root_path.back() == '/') o.root_path.pop_back();
+  if (o.root_path == "/") o.root_path.clear();
+  return o;
+}
+
 // SIGINT and SIGTERM are blocked in every thread and taken synchronously by sigwait, so no
 // handler runs in signal context.
 sigset_t shutdown_signals() {
@@ -236,16 +326,10 @@ void run_serve(ServeFlags f) {
     return;
   }
 
-  server::HttpOptions http_opts;
-  http_opts.host = f.host;
-  http_opts.port = f.port;
-  http_opts.api_key = f.api_key;
-  server::HttpServer http(http_opts);
+  server::HttpServer http(http_options(f));
   const int port = http.start();
-  MLS_LOG_INFO(
-      "mlaserve {} listening on http://{}:{} (loading the model; /health is 503 until "
-      "ready)",
-      server::version(), f.host, port);
+  MLS_LOG_INFO("mlaserve {} listening on {} (loading the model; /health is 503 until ready)",
+               server::version(), http.url(port));
 
   std::unique_ptr<ModelRunner> runner = load_model(f, model);
   allocate_kv(*runner, f);
@@ -281,14 +365,16 @@ void run_serve(ServeFlags f) {
                              .metrics = metrics};
   http.log_routes();
   http.set_context(&ctx);
-  MLS_LOG_INFO("Application startup complete: serving '{}' on http://{}:{}", ctx.model_name(),
-               f.host, port);
+  MLS_LOG_INFO("Application startup complete: serving '{}' on {}", ctx.model_name(),
+               http.url(port));
 
   int sig = 0;
   sigwait(&signals, &sig);
-  MLS_LOG_INFO("{} received: no new connections; finishing the requests in flight",
-               sig == SIGINT ? "SIGINT" : "SIGTERM");
-  http.stop();
+  MLS_LOG_INFO(
+      "{} received: no new connections; requests in flight may finish within {} s "
+      "(--shutdown-timeout), then are aborted",
+      sig == SIGINT ? "SIGINT" : "SIGTERM", f.shutdown_timeout);
+  http.stop(std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000)));
   loop.stop();
   MLS_LOG_INFO("Shutdown complete");
 }

@@ -66,14 +66,14 @@ void EngineLoop::run() {
   Clock::time_point last_log = Clock::now();
   try {
     for (;;) {
-      bool busy = engine_.has_work();
-      if (!busy) {
+      {
         std::unique_lock lock(mu_);
-        // Stopping waits for the work in flight: handlers are draining their requests.
-        cv_.wait(lock, [&] { return wake_ || stopping_; });
-        wake_ = false;
-        if (stopping_ && !engine_.has_work()) return;
-        continue;
+        if (stopping_) return;
+        if (!engine_.has_work()) {
+          cv_.wait(lock, [&] { return wake_ || stopping_; });
+          wake_ = false;
+          continue;
+        }
       }
       engine_.step();
       const Clock::time_point now = Clock::now();

@@ -30,7 +30,9 @@ class EngineLoop {
   EngineStats stats() const { return engine_.stats(); }
   const EngineConfig& config() const { return engine_.config(); }
 
-  // Finishes the work in flight, then joins the thread.
+  // Stops after the step in progress and joins the thread. Work still queued is abandoned: the
+  // HTTP front has drained or aborted every request by then (--shutdown-timeout), and a stuck
+  // sequence must not keep the process alive.
   void stop();
 
  private:

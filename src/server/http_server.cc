@@ -1,8 +1,8 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -16,37 +16,6 @@ namespace mls::server {
 namespace {
 
 using json = nlohmann::json;
-
-struct Route {
-  const char* method;
-  const char* path;
-};
-constexpr Route kRoutes[] = {
-    {"GET", "/health"},    {"GET", "/version"},         {"GET", "/metrics"},
-    {"GET", "/v1/models"}, {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
-    {"POST", "/tokenize"}, {"POST", "/detokenize"},     {"POST", "/v1/responses"},
-};
-
-void send_error(httplib::Response& res, int status, const std::string& message,
-                const std::string& param = {}) {
-  res.status = status;
-  res.set_content(dump_json(error_body(status, message, param)), "application/json");
-}
-
-void send(httplib::Response& res, Reply reply) {
-  res.status = reply.status;
-  if (!reply.stream) {
-    res.set_content(std::move(reply.body), reply.content_type.c_str());
-    return;
-  }
-  res.set_header("Cache-Control", "no-cache");
-  auto stream = std::move(reply.stream);
-  res.set_chunked_content_provider(reply.content_type, [stream](size_t, httplib::DataSink& sink) {
-    stream([&sink](std::string_view s) { return sink.write(s.data(), s.size()); });
-    sink.done();
-    return true;
-  });
-}
 
 Reply json_reply(const json& j) {
   Reply r;
@@ -127,6 +96,47 @@ Reply detokenize(const ServingContext& ctx, const std::string& body) {
   }
 }
 
+Reply health(ServingContext& ctx, const std::string&) {
+  if (!ctx.loop.alive()) throw ApiError(503, "the engine stopped: " + ctx.loop.failure());
+  return Reply{};
+}
+
+Reply metrics(ServingContext& ctx, const std::string&) {
+  Reply r;
+  r.body = ctx.metrics.render(ctx.loop.stats());
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return r;
+}
+
+struct Route {
+  const char* method;
+  const char* path;
+  Reply (*handler)(ServingContext&, const std::string& body);
+  bool blocking;  // may block (templates, tokenizing): runs on the transport's worker pool
+};
+const Route kRoutes[] = {
+    {"GET", "/health", health, false},
+    {"GET", "/ping", health, false},
+    {"POST", "/ping", health, false},
+    {"GET", "/version", nullptr, false},
+    {"GET", "/metrics", metrics, false},
+    {"GET", "/v1/models", [](ServingContext& ctx, const std::string&) { return models(ctx); },
+     false},
+    {"POST", "/v1/completions", handle_completions, true},
+    {"POST", "/v1/chat/completions", handle_chat_completions, true},
+    {"POST", "/v1/responses", handle_responses, true},
+    {"POST", "/tokenize",
+     [](ServingContext& ctx, const std::string& b) { return tokenize(ctx, b); }, true},
+    {"POST", "/detokenize",
+     [](ServingContext& ctx, const std::string& b) { return detokenize(ctx, b); }, true},
+};
+
+// vLLM protects /v1/*; /tokenize and /detokenize render templates and tokenize untrusted input
+// too, so a key protects them here as well.
+bool needs_key(std::string_view path) {
+  return path.starts_with("/v1/") || path == "/v1" || path == "/tokenize" || path == "/detokenize";
+}
+
 }  // namespace
 
 const char* version() {
@@ -145,127 +155,104 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 }
 
 HttpServer::HttpServer(HttpOptions opts)
-    : opts_(std::move(opts)), svr_(std::make_unique<httplib::Server>()) {
-  const int threads = opts_.num_threads;
-  svr_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
-  svr_->set_payload_max_length(opts_.max_body_bytes);
-  svr_->set_keep_alive_timeout(2);  // bounds how long shutdown waits on idle connections
-  svr_->set_tcp_nodelay(true);      // stream chunks are small; Nagle would hold them back
-  // One access line per request, as uvicorn prints under vLLM.
-  svr_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    MLS_LOG_INFO("{}:{} - \"{} {} {}\" {}", req.remote_addr, req.remote_port, req.method, req.path,
-                 req.version, res.status);
-  });
-  add_routes();
-}
+    : opts_(std::move(opts)),
+      cors_(opts_.cors),
+      transport_(opts_.transport, [this](HttpRequest req) { return dispatch(std::move(req)); }) {}
 
 HttpServer::~HttpServer() {
-  stop();
-}
-
-void HttpServer::add_routes() {
-  // Every request passes here first: authentication for /v1, then readiness.
-  svr_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!opts_.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
-      const std::string auth = req.get_header_value("Authorization");
-      const std::string prefix = "Bearer ";
-      const std::string key = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : "";
-      if (!constant_time_equal(key, opts_.api_key)) {
-        send_error(res, 401, "Unauthorized: a valid API key is required (Authorization: Bearer)");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (!ctx_.load() && req.path != "/version") {
-      send_error(res, 503, "the model is still loading");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // Unknown routes and oversized bodies reach here with an empty body.
-  svr_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404)
-      send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
-    else if (res.status == 413)
-      send_error(res, 413, "the request body is larger than the server accepts");
-    else
-      send_error(res, res.status,
-                 fmt::format("HTTP {} for {} {}", res.status, req.method, req.path));
-  });
-  svr_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          send_error(res, 500, e.what());
-        } catch (...) {
-          send_error(res, 500, "unknown internal error");
-        }
-      });
-
-  // Runs a handler, mapping its exceptions to OpenAI-shaped errors.
-  const auto wrap = [this](auto fn) {
-    return [this, fn](const httplib::Request& req, httplib::Response& res) {
-      ServingContext* ctx = ctx_.load();
-      try {
-        send(res, fn(*ctx, req));
-      } catch (const ApiError& e) {
-        send_error(res, e.status(), e.what(), e.param());
-      } catch (const InvalidArgument& e) {
-        send_error(res, 400, e.what());
-      } catch (const std::exception& e) {
-        MLS_LOG_ERROR("{} {}: {}", req.method, req.path, e.what());
-        send_error(res, 500, e.what());
-      }
-    };
-  };
-  svr_->Get("/health", wrap([](ServingContext& ctx, const httplib::Request&) {
-              if (!ctx.loop.alive())
-                throw ApiError(503, "the engine stopped: " + ctx.loop.failure());
-              return Reply{};
-            }));
-  svr_->Get("/version", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump_json({{"version", version()}}), "application/json");
-  });
-  svr_->Get("/metrics", wrap([](ServingContext& ctx, const httplib::Request&) {
-              Reply r;
-              r.body = ctx.metrics.render(ctx.loop.stats());
-              r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-              return r;
-            }));
-  svr_->Get("/v1/models",
-            wrap([](ServingContext& ctx, const httplib::Request&) { return models(ctx); }));
-  svr_->Post("/v1/completions", wrap([](ServingContext& ctx, const httplib::Request& req) {
-               return handle_completions(ctx, req.body);
-             }));
-  svr_->Post("/v1/chat/completions", wrap([](ServingContext& ctx, const httplib::Request& req) {
-               return handle_chat_completions(ctx, req.body);
-             }));
-  svr_->Post("/v1/responses", wrap([](ServingContext& ctx, const httplib::Request& req) {
-               return handle_responses(ctx, req.body);
-             }));
-  svr_->Post("/tokenize", wrap([](ServingContext& ctx, const httplib::Request& req) {
-               return tokenize(ctx, req.body);
-             }));
-  svr_->Post("/detokenize", wrap([](ServingContext& ctx, const httplib::Request& req) {
-               return detokenize(ctx, req.body);
-             }));
+  stop(std::chrono::milliseconds(0));
 }
 
 int HttpServer::start() {
-  const int port = opts_.port == 0 ? svr_->bind_to_any_port(opts_.host)
-                                   : (svr_->bind_to_port(opts_.host, opts_.port) ? opts_.port : -1);
-  if (port < 0) raise<IoError>("cannot listen on {}:{} (address in use?)", opts_.host, opts_.port);
-  thread_ = std::thread([this] { svr_->listen_after_bind(); });
-  return port;
+  const TransportOptions& t = opts_.transport;
+  if (t.uds.empty() && (t.host == "0.0.0.0" || t.host == "::"))
+    MLS_LOG_WARN(
+        "listening on {}: every network interface; pass --host 127.0.0.1 to keep the "
+        "server local{}",
+        t.host, opts_.api_keys.empty() ? " (no --api-key is set)" : "");
+  return transport_.start();
 }
 
-void HttpServer::stop() {
-  if (!thread_.joinable()) return;
-  svr_->stop();
-  thread_.join();
+void HttpServer::stop(std::chrono::milliseconds grace) {
+  transport_.stop(grace);
+}
+
+std::string HttpServer::url(int port) const {
+  const TransportOptions& t = opts_.transport;
+  if (!t.uds.empty()) return "unix:" + t.uds;
+  return fmt::format("{}://{}:{}{}", t.ssl_certfile.empty() ? "http" : "https", t.host, port,
+                     opts_.root_path);
+}
+
+bool HttpServer::authorized(const HttpRequest& req) const {
+  const std::string_view auth = req.header("Authorization");
+  const size_t space = auth.find(' ');
+  const std::string scheme(auth.substr(0, space));
+  const std::string key(space == std::string_view::npos ? "" : auth.substr(space + 1));
+  bool ok = false;
+  // Every key is compared, whatever matched before: no timing difference between keys.
+  for (const std::string& k : opts_.api_keys)
+    ok |= constant_time_equal(key, k) && (scheme == "Bearer" || scheme == "bearer");
+  return ok;
+}
+
+Dispatch HttpServer::dispatch(HttpRequest req) const {
+  Dispatch d;
+  const std::string_view origin = req.header("Origin");
+  const std::string_view preflight_method = req.header("Access-Control-Request-Method");
+  if (CorsPolicy::is_preflight(req.method, origin, preflight_method)) {
+    CorsPreflight p =
+        cors_.preflight(origin, preflight_method, req.header("Access-Control-Request-Headers"));
+    d.reply.status = p.status;
+    d.reply.body = std::move(p.body);
+    d.reply.content_type = "text/plain; charset=utf-8";
+    d.headers = std::move(p.headers);
+    return d;
+  }
+  d.headers = cors_.response_headers(origin, !req.header("Cookie").empty());
+
+  std::string path = req.target.substr(0, req.target.find('?'));
+  const std::string& root = opts_.root_path;
+  if (!root.empty() && path.starts_with(root) &&
+      (path.size() == root.size() || path[root.size()] == '/'))
+    path = path.size() == root.size() ? "/" : path.substr(root.size());
+
+  const Route* route = nullptr;
+  bool path_known = false;
+  for (const Route& r : kRoutes) {
+    if (path != r.path) continue;
+    path_known = true;
+    if (req.method == r.method) route = &r;
+  }
+  if (!route) {
+    d.reply = path_known
+                  ? error_reply(405, fmt::format("{} is not allowed on {}", req.method, path))
+                  : error_reply(404, fmt::format("no route for {} {}", req.method, path));
+    return d;
+  }
+  if (!opts_.api_keys.empty() && needs_key(path) && !authorized(req)) {
+    d.reply = error_reply(401, "Unauthorized: a valid API key is required (Authorization: Bearer)");
+    return d;
+  }
+  if (!route->handler) {
+    d.reply.body = dump_json({{"version", version()}});
+    return d;
+  }
+  ServingContext* ctx = ctx_.load();
+  if (!ctx) {
+    d.reply = error_reply(503, "the model is still loading");
+    return d;
+  }
+  if (route->blocking) {
+    d.work = [ctx, fn = route->handler, body = std::move(req.body)] { return fn(*ctx, body); };
+    return d;
+  }
+  try {
+    d.reply = route->handler(*ctx, req.body);
+  } catch (...) {
+    d.reply = current_exception_reply();
+  }
+  return d;
 }
 
 void HttpServer::log_routes() const {

@@ -1,28 +1,28 @@
-// The HTTP front: routes, API-key check, body limit, OpenAI-shaped errors, and the hand-off of
-// streaming replies to httplib's chunked writer. It listens before the model is loaded so that
+// The HTTP front: routes, API keys, CORS, root path, readiness, OpenAI-shaped errors, over the
+// asynchronous transport (http_transport.h). It listens before the model is loaded so that
 // /health can answer 503 while loading; set_context() makes it ready.
 #pragma once
 
 #include <atomic>
-#include <cstddef>
+#include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
+#include "server/cors.h"
+#include "server/http_request.h"
+#include "server/http_transport.h"
 #include "server/serving_context.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace mls::server {
 
 struct HttpOptions {
-  std::string host = "0.0.0.0";
-  int port = 8000;      // 0: any free port
-  std::string api_key;  // "" : no authentication
-  size_t max_body_bytes = size_t{32} << 20;
-  int num_threads = 256;  // concurrent connections (streams hold one each)
+  TransportOptions transport;
+  // Bearer keys accepted on /v1/*, /tokenize and /detokenize; empty: no authentication.
+  std::vector<std::string> api_keys;
+  CorsOptions cors;
+  // A prefix a proxy may leave in front of every route (--root-path): stripped when present.
+  std::string root_path;
 };
 
 class HttpServer {
@@ -32,23 +32,28 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds (IoError when the address is taken) and serves on a background thread; returns the
-  // bound port.
+  // Binds (IoError when the address is taken) and serves; returns the bound TCP port (0 on a
+  // Unix socket).
   int start();
   // From now on requests are served with `ctx` (which must outlive stop()).
   void set_context(ServingContext* ctx) { ctx_.store(ctx); }
-  // Stops accepting and waits for the requests in flight to finish.
-  void stop();
+  // Stops accepting; requests in flight may finish within `grace`, then are aborted.
+  void stop(std::chrono::milliseconds grace);
 
   void log_routes() const;
+  // Where it listens, for log lines: "http://host:port", "https://...", "unix:PATH".
+  std::string url(int port) const;
+
+  // The routing of one request (transport-free; the transport calls it on an io thread).
+  Dispatch dispatch(HttpRequest req) const;
 
  private:
-  void add_routes();
+  bool authorized(const HttpRequest& req) const;
 
   HttpOptions opts_;
-  std::unique_ptr<httplib::Server> svr_;
+  CorsPolicy cors_;
   std::atomic<ServingContext*> ctx_{nullptr};
-  std::thread thread_;
+  HttpTransport transport_;
 };
 
 // The mlaserve version (/version and the start-up line).

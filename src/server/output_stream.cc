@@ -14,11 +14,27 @@ nlohmann::json stop_reason_json(const OutputEvent& ev) {
 }
 
 void EventChannel::push(OutputEvent ev) {
+  std::function<void()> notify;
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(ev));
+    notify = notify_;
   }
   cv_.notify_one();
+  if (notify) notify();
+}
+
+bool EventChannel::take(std::vector<OutputEvent>& out) {
+  std::lock_guard lock(mu_);
+  if (queue_.empty()) return false;
+  for (OutputEvent& ev : queue_) out.push_back(std::move(ev));
+  queue_.clear();
+  return true;
+}
+
+void EventChannel::set_notify(std::function<void()> notify) {
+  std::lock_guard lock(mu_);
+  notify_ = std::move(notify);
 }
 
 bool EventChannel::wait(std::vector<OutputEvent>& out, std::chrono::milliseconds timeout) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -49,9 +50,14 @@ class EventChannel {
   void push(OutputEvent ev);
   // Waits up to `timeout` for events and appends them to `out`; false when none came.
   bool wait(std::vector<OutputEvent>& out, std::chrono::milliseconds timeout);
+  // Appends the events queued now, without waiting; false when there were none.
+  bool take(std::vector<OutputEvent>& out);
+  // Runs after every push, outside the lock (the transport's wake-up for a pulled reply).
+  void set_notify(std::function<void()> notify);
 
  private:
   std::mutex mu_;
+  std::function<void()> notify_;
   std::condition_variable cv_;
   std::deque<OutputEvent> queue_;
 };

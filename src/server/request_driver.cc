@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
-
 #include "core/error.h"
 #include "server/errors.h"
 
@@ -57,15 +55,14 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
   prompt_tokens_ += len;
 }
 
-bool RequestDriver::next(std::vector<OutputEvent>& out) {
+bool RequestDriver::poll(std::vector<OutputEvent>& out) {
   if (num_finished_ >= num_choices_) return false;
   const size_t before = out.size();
-  if (!ctx_.loop.alive() && !channel_->wait(out, std::chrono::milliseconds(0)))
+  if (!channel_->take(out) && !ctx_.loop.alive())
     throw ApiError(500, "the engine stopped: " + ctx_.loop.failure());
-  channel_->wait(out, std::chrono::milliseconds(100));
   for (size_t i = before; i < out.size(); ++i)
     if (out[i].finish != FinishReason::kNone) ++num_finished_;
-  return true;
+  return num_finished_ < num_choices_;
 }
 
 void RequestDriver::abort() {

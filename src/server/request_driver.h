@@ -2,6 +2,7 @@
 // their events from one channel, so that handlers see a single stream of choices.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +24,11 @@ class RequestDriver {
   // "prompt").
   void submit(std::vector<int32_t> prompt_ids, const SamplingOptions& sampling, const char* what);
 
-  // Waits briefly for events; false when every choice has finished. Throws ApiError 500 when
-  // the engine loop has died.
-  bool next(std::vector<OutputEvent>& out);
+  // Appends the events that have arrived, without waiting; false once every choice has
+  // finished (its last events included). Throws ApiError 500 when the engine loop has died.
+  bool poll(std::vector<OutputEvent>& out);
+  // `notify` runs on the engine's thread whenever an event arrives (see ReplySource).
+  void set_notify(std::function<void()> notify) { channel_->set_notify(std::move(notify)); }
   // Aborts every request still running (a client that went away).
   void abort();
 

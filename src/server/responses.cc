@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <utility>
 
 #include "core/error.h"
@@ -528,6 +530,76 @@ nlohmann::ordered_json ResponsesResponder::assistant_message() const {
   return m;
 }
 
+namespace {
+
+// The transport pulls a response as it is produced: named SSE events while streaming, else one
+// JSON answer once the request has finished.
+class ResponsesReplySource : public ReplySource {
+ public:
+  using Keep = std::function<void(const ResponsesResponder&)>;
+  ResponsesReplySource(std::shared_ptr<RequestDriver> driver,
+                       std::shared_ptr<ResponsesResponder> responder, bool stream, Keep keep)
+      : driver_(std::move(driver)),
+        responder_(std::move(responder)),
+        stream_(stream),
+        keep_(std::move(keep)) {}
+
+  void set_notify(std::function<void()> notify) override { driver_->set_notify(std::move(notify)); }
+
+  bool pull(std::string& out) override {
+    if (done_) return true;
+    events_.clear();
+    try {
+      if (stream_ && !started_) {
+        started_ = true;
+        append(out, responder_->start_events());
+      }
+      const bool more = driver_->poll(events_);
+      const std::vector<json> fed = responder_->feed(events_);
+      if (stream_) append(out, fed);
+      if (more) return false;
+      const std::vector<json> last = responder_->finish_events(driver_->prompt_tokens());
+      if (!stream_) {
+        const json r = responder_->response(driver_->prompt_tokens());
+        if (r["status"] == "failed") throw InternalError(r["error"]["message"].get<std::string>());
+        keep_(*responder_);
+        out += dump_json(r);
+        return done_ = true;
+      }
+      if (last.back()["type"] != "response.failed") keep_(*responder_);
+      append(out, last);
+      return done_ = true;
+    } catch (const std::exception& e) {
+      if (!stream_) throw;
+      out += abort(e.what());
+      return true;
+    }
+  }
+
+  std::string abort(const std::string& reason) override {
+    driver_->abort();
+    if (done_) return {};
+    done_ = true;
+    if (!stream_) return {};
+    return sse_named_event("error", responder_->error_event(reason));
+  }
+
+ private:
+  static void append(std::string& out, const std::vector<json>& events) {
+    for (const json& e : events) out += sse_named_event(e["type"].get<std::string>(), e);
+  }
+
+  std::shared_ptr<RequestDriver> driver_;
+  std::shared_ptr<ResponsesResponder> responder_;
+  bool stream_;
+  Keep keep_;
+  bool started_ = false;
+  bool done_ = false;
+  std::vector<OutputEvent> events_;
+};
+
+}  // namespace
+
 Reply handle_responses(ServingContext& ctx, const std::string& body) {
   ResponsesRequest req =
       parse_responses_request(parse_json_body(body), ctx.opts.defaults, *ctx.responses);
@@ -560,42 +632,10 @@ Reply handle_responses(ServingContext& ctx, const std::string& body) {
     store->put(id, std::move(conversation));
   };
   Reply reply;
-  if (!req.chat.sampling.stream) {
-    std::vector<OutputEvent> events;
-    while (driver->next(events)) {
-      responder->feed(events);
-      events.clear();
-    }
-    responder->finish_events(driver->prompt_tokens());
-    const json r = responder->response(driver->prompt_tokens());
-    if (r["status"] == "failed") throw InternalError(r["error"]["message"].get<std::string>());
-    keep(*responder);
-    reply.body = dump_json(r);
-    return reply;
-  }
-  reply.content_type = "text/event-stream";
-  reply.stream = [driver, responder, keep = std::move(keep)](
-                     const std::function<bool(std::string_view)>& write) mutable {
-    const auto send = [&](const std::vector<json>& events) {
-      for (const json& e : events)
-        if (!write(sse_named_event(e["type"].get<std::string>(), e))) return false;
-      return true;
-    };
-    try {
-      if (!send(responder->start_events())) return driver->abort();
-      std::vector<OutputEvent> events;
-      while (driver->next(events)) {
-        if (!send(responder->feed(events))) return driver->abort();
-        events.clear();
-      }
-      const std::vector<json> last = responder->finish_events(driver->prompt_tokens());
-      if (last.back()["type"] != "response.failed") keep(*responder);
-      send(last);
-    } catch (const std::exception& e) {
-      driver->abort();
-      write(sse_named_event("error", responder->error_event(e.what())));
-    }
-  };
+  reply.streaming = req.chat.sampling.stream;
+  if (reply.streaming) reply.content_type = "text/event-stream";
+  reply.source = std::make_shared<ResponsesReplySource>(std::move(driver), std::move(responder),
+                                                        reply.streaming, std::move(keep));
   return reply;
 }
 

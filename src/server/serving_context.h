@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,6 +12,7 @@
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/reply_source.h"
 #include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
 
@@ -47,9 +47,10 @@ struct Reply {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
-  // Set for streaming replies: runs on the handler thread, writing chunks until done; `write`
-  // returns false once the client has gone.
-  std::function<void(const std::function<bool(std::string_view)>& write)> stream;
+  // Set when the body comes from a running request: sent once complete, or as it comes
+  // (chunked, e.g. SSE) when `streaming`.
+  std::shared_ptr<ReplySource> source;
+  bool streaming = false;
 };
 
 // "<prefix>-<32 hex digits>".

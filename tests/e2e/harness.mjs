@@ -23,13 +23,13 @@ function freePort() {
   });
 }
 
-// `model` overrides which model directory is served and under what name.
+// `model` overrides which model directory is served, under what name, and its KV pool.
 export async function startServer(extraArgs = [], env = {},
   model = { dir: MODEL, name: MODEL_NAME, maxModelLen: MAX_MODEL_LEN }) {
   const port = await freePort();
   const args = ['serve', model.dir, '--host', '127.0.0.1', '--port', String(port),
     '--served-model-name', model.name, '--max-model-len', String(model.maxModelLen),
-    '--kv-cache-memory-bytes', '64MiB', ...extraArgs];
+    '--kv-cache-memory-bytes', model.kvBytes ?? '64MiB', ...extraArgs];
   const proc = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });
@@ -51,6 +51,7 @@ export async function startServer(extraArgs = [], env = {},
   }
   return {
     baseURL,
+    pid: proc.pid,
     log: () => log,
     async stop() {
       if (proc.exitCode !== null) return { code: proc.exitCode, signal: null };

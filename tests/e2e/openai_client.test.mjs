@@ -163,11 +163,14 @@ test('errors: 400 over max_model_len, 401 wrong key, 404 unknown model, 400 malf
   assert.ok((await missing.json()).error.message);
 });
 
-test('tokenize and detokenize round-trip', async () => {
-  const t = await (await fetch(`${srv.baseURL}/tokenize`, { method: 'POST', body: JSON.stringify({ prompt: 'Hello world' }) })).json();
+test('tokenize and detokenize round-trip, behind the key', async () => {
+  const headers = { Authorization: `Bearer ${KEY}` };
+  const open = await fetch(`${srv.baseURL}/tokenize`, { method: 'POST', body: JSON.stringify({ prompt: 'x' }) });
+  assert.equal(open.status, 401);
+  const t = await (await fetch(`${srv.baseURL}/tokenize`, { method: 'POST', headers, body: JSON.stringify({ prompt: 'Hello world' }) })).json();
   assert.equal(t.count, t.tokens.length);
   assert.equal(t.max_model_len, MAX_MODEL_LEN);
-  const d = await (await fetch(`${srv.baseURL}/detokenize`, { method: 'POST', body: JSON.stringify({ tokens: t.tokens }) })).json();
+  const d = await (await fetch(`${srv.baseURL}/detokenize`, { method: 'POST', headers, body: JSON.stringify({ tokens: t.tokens }) })).json();
   assert.equal(d.prompt, 'Hello world');
 });
 
@@ -215,6 +218,30 @@ test('a client that disconnects mid-stream has its request aborted', async () =>
     const m = await scrape();
     if (m.get(abortLabel) === before + 1 && m.get(`vllm:num_requests_running{model_name="${MODEL_NAME}"}`) === 0) break;
     assert.ok(Date.now() < deadline, 'the aborted request is still running');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+});
+
+test('a client that disconnects while waiting for a non-streaming answer has its request aborted', async () => {
+  const scrape = async () => parsePrometheus(await (await fetch(`${srv.baseURL}/metrics`)).text());
+  const abortLabel = `vllm:request_success_total{model_name="${MODEL_NAME}",finished_reason="abort"}`;
+  const before = (await scrape()).get(abortLabel);
+  const controller = new AbortController();
+  const pending = client.completions.create(
+    { model: MODEL_NAME, prompt: 'long', temperature: 0, max_tokens: 900, ignore_eos: true },
+    { signal: controller.signal });
+  // Once the request runs, the client goes away.
+  const deadline = Date.now() + 20000;
+  while ((await scrape()).get(`vllm:num_requests_running{model_name="${MODEL_NAME}"}`) !== 1) {
+    assert.ok(Date.now() < deadline, 'the request never started');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  controller.abort();
+  await assert.rejects(pending);
+  for (;;) {
+    const m = await scrape();
+    if (m.get(abortLabel) === before + 1 && m.get(`vllm:num_requests_running{model_name="${MODEL_NAME}"}`) === 0) break;
+    assert.ok(Date.now() < deadline, 'the abandoned request is still running');
     await new Promise((r) => setTimeout(r, 50));
   }
 });

@@ -30,6 +30,7 @@ struct RunnerOptions {
   // Trace only: every rank's allocator starts in meta mode, so weights get their true sizes but
   // no memory (planning a model that does not fit this machine).
   bool meta = false;
+  ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
 };
 
 class ModelRunner {
@@ -40,6 +41,7 @@ class ModelRunner {
   ModelRunner& operator=(const ModelRunner&) = delete;
 
   const io::ModelConfig& config() const;
+  ops::TopkTieOrder topk_tie_order() const;
   // Rank 0's device.
   Device device() const { return device_; }
   int tp_size() const { return static_cast<int>(ranks_.size()); }

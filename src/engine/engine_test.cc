@@ -265,12 +265,24 @@ TEST(Engine, PrefixCacheReuseIsExact) {
   check_prefix_reuse("tiny-dsv3", 130, 96);
 }
 
-// DSA: a prompt row's top-k (tie order) depends on the prompt length, so blocks are shared only
-// between prompts of equal length; sharing them across lengths changes the tokens.
+// DSA: the serving tie order makes a row's top-k independent of the keys after it, so blocks
+// are shared whatever the prompt lengths (the fixtures' topk of 8 ties often at the cut).
 TEST(Engine, PrefixCacheReuseIsExactWithTheDsaIndexer) {
   check_prefix_reuse("tiny-glm5", 120, 96);
-  check_prefix_reuse("tiny-glm5", 130, 0);
+  check_prefix_reuse("tiny-glm5", 130, 96);
   check_prefix_reuse("tiny-dsv32", 120, 96);
+  check_prefix_reuse("tiny-dsv32", 170, 96);
+}
+
+// The torch reference order depends on the prompt length: no prefix cache with it.
+TEST(Engine, DsaPrefixCachingNeedsTheServingTieOrder) {
+  ModelRunner r(RunnerOptions{.model = kData + "/tiny-glm5",
+                              .topk_tie_order = ops::TopkTieOrder::kTorchReference});
+  r.allocate_kv_cache(16, 16);
+  EXPECT_THROW(Engine(r, {}), InvalidArgument);
+  EngineConfig no_cache;
+  no_cache.enable_prefix_caching = false;
+  Engine engine(r, no_cache);
 }
 
 // forward_sample draws, per logits row, what ops::cpu::sample_row draws from forward()'s logits,

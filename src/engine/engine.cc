@@ -63,6 +63,13 @@ int64_t resolve_max_model_len(const ModelRunner& runner, int64_t requested) {
 
 EngineConfig resolved(const ModelRunner& runner, EngineConfig cfg) {
   cfg.max_model_len = resolve_max_model_len(runner, cfg.max_model_len);
+  // A cached block's KV is valid for any continuation only if no DSA row's selection depends on
+  // the keys after it, which the torch reference's tie order does not promise.
+  if (cfg.enable_prefix_caching && runner.config().has_indexer &&
+      runner.topk_tie_order() != ops::TopkTieOrder::kServing)
+    raise<InvalidArgument>(
+        "prefix caching on a DSA model needs the serving top-k tie order (the torch reference "
+        "order depends on the prompt length)");
   return cfg;
 }
 
@@ -73,8 +80,7 @@ Engine::Engine(ModelRunner& runner, const EngineConfig& cfg)
       cfg_(resolved(runner, cfg)),
       vocab_(runner.config().vocab_size),
       blocks_(runner.num_blocks(), runner.block_size(), cfg.enable_prefix_caching),
-      scheduler_({cfg.max_num_batched_tokens, cfg.max_num_seqs}, blocks_,
-                 runner.config().has_indexer),
+      scheduler_({cfg.max_num_batched_tokens, cfg.max_num_seqs}, blocks_),
       sampler_(runner.config().vocab_size) {}
 
 Engine::~Engine() = default;

@@ -17,12 +17,23 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
-KvBlockManager::KvBlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching)
-    : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(enable_prefix_caching) {
+uint64_t chained_block_hash(uint64_t prev, std::span<const int32_t> tokens) {
+  uint64_t h = mix(prev);
+  for (int32_t t : tokens) h = mix(h ^ static_cast<uint32_t>(t));
+  return h;
+}
+
+KvBlockManager::KvBlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching,
+                               BlockHashFn hash)
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      prefix_caching_(enable_prefix_caching),
+      hash_(hash) {
   if (num_blocks < 1 || block_size < 1)
     raise<InvalidArgument>("the KV pool needs num_blocks >= 1 and block_size >= 1 (got {}, {})",
                            num_blocks, block_size);
   meta_.resize(num_blocks);
+  if (prefix_caching_) block_tokens_.resize(num_blocks * block_size);
   free_.reserve(num_blocks);
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
@@ -35,31 +46,40 @@ double KvBlockManager::usage() const {
   return 1.0 - static_cast<double>(num_available()) / static_cast<double>(num_blocks_);
 }
 
-void KvBlockManager::extend_hashes(std::span<const int32_t> tokens, uint64_t salt,
+void KvBlockManager::extend_hashes(std::span<const int32_t> tokens,
                                    std::vector<uint64_t>& hashes) const {
   const auto full = static_cast<int64_t>(tokens.size()) / block_size_;
-  for (auto b = static_cast<int64_t>(hashes.size()); b < full; ++b) {
-    uint64_t h = mix(b == 0 ? salt ^ 0x6d6c6173ULL : hashes[b - 1]);
-    for (int64_t i = 0; i < block_size_; ++i)
-      h = mix(h ^ static_cast<uint32_t>(tokens[b * block_size_ + i]));
-    hashes.push_back(h);
-  }
+  for (auto b = static_cast<int64_t>(hashes.size()); b < full; ++b)
+    hashes.push_back(hash_(b == 0 ? kFirstBlockParent : hashes[b - 1],
+                           tokens.subspan(b * block_size_, block_size_)));
 }
 
-int64_t KvBlockManager::take_cached_prefix(std::span<const uint64_t> hashes, int64_t num_tokens,
+bool KvBlockManager::holds(int32_t b, std::span<const int32_t> tokens, int64_t i,
+                           uint64_t parent) const {
+  const Meta& m = meta_[b];
+  return m.hashed && m.parent == parent &&
+         std::equal(tokens.begin() + i * block_size_, tokens.begin() + (i + 1) * block_size_,
+                    block_tokens_.begin() + b * block_size_);
+}
+
+int64_t KvBlockManager::take_cached_prefix(std::span<const int32_t> tokens,
+                                           std::span<const uint64_t> hashes,
                                            std::vector<int32_t>& table) {
   MLS_CHECK(table.empty(), "a cached prefix goes into an empty table");
   if (!prefix_caching_) return 0;
+  const auto num_tokens = static_cast<int64_t>(tokens.size());
   queries_ += num_tokens;
   // At least one token must run so that the step yields logits.
   const int64_t max_blocks =
       std::min<int64_t>(static_cast<int64_t>(hashes.size()), (num_tokens - 1) / block_size_);
+  uint64_t parent = 0;
   for (int64_t i = 0; i < max_blocks; ++i) {
     const auto it = cached_.find(hashes[i]);
-    if (it == cached_.end()) break;
+    if (it == cached_.end() || !holds(it->second, tokens, i, parent)) break;
     const int32_t b = it->second;
     if (meta_[b].refs++ == 0) lru_remove(b);
     table.push_back(b);
+    parent = meta_[b].id;
   }
   const int64_t hit = static_cast<int64_t>(table.size()) * block_size_;
   hits_ += hit;
@@ -113,17 +133,43 @@ void KvBlockManager::free(std::vector<int32_t>& table) {
   table.clear();
 }
 
-void KvBlockManager::cache_blocks(std::span<const int32_t> table,
+void KvBlockManager::cache_blocks(std::span<const int32_t> tokens, std::span<const int32_t> table,
                                   std::span<const uint64_t> hashes) {
   if (!prefix_caching_) return;
+  MLS_CHECK(
+      static_cast<int64_t>(hashes.size()) * block_size_ <= static_cast<int64_t>(tokens.size()),
+      "{} block hashes for {} tokens", hashes.size(), tokens.size());
+  uint64_t parent = 0;  // id of the published block holding the prefix so far
   for (size_t i = 0; i < hashes.size() && i < table.size(); ++i) {
-    Meta& m = meta_[table[i]];
-    if (m.hashed) continue;
-    // A block whose content another block already publishes stays private.
-    if (cached_.emplace(hashes[i], table[i]).second) {
+    const int32_t b = table[i];
+    Meta& m = meta_[b];
+    if (!m.hashed) {
+      const auto it = cached_.find(hashes[i]);
+      if (it != cached_.end() && holds(it->second, tokens, i, parent)) {
+        // Another block already publishes this prefix: ours stays private.
+        parent = meta_[it->second].id;
+        continue;
+      }
+      if (it != cached_.end()) unpublish(it->second);  // stale chain or a collision
+      cached_[hashes[i]] = b;
       m.hashed = true;
       m.hash = hashes[i];
+      m.id = next_id_++;
+      m.parent = parent;
+      std::copy_n(tokens.begin() + i * block_size_, block_size_,
+                  block_tokens_.begin() + b * block_size_);
     }
+    parent = m.id;
+  }
+}
+
+void KvBlockManager::unpublish(int32_t b) {
+  Meta& m = meta_[b];
+  cached_.erase(m.hash);
+  m.hashed = false;
+  if (m.refs == 0) {  // evictable until now: plain free
+    lru_remove(b);
+    free_.push_back(b);
   }
 }
 

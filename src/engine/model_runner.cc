@@ -141,6 +141,7 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
       lo.format = opts.load_format;
       lo.parallel = {tp, r.index, comms_[r.index - first_rank_].get(), opts.sequence_parallel};
       lo.alloc = r.alloc.get();
+      lo.topk_tie_order = opts.topk_tie_order;
       r.model = Model::load(opts.model, lo);
     });
     log_load_summary(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -280,6 +281,10 @@ void ModelRunner::run_on_all_ranks(const std::function<void(Rank&)>& fn, const c
 
 const io::ModelConfig& ModelRunner::config() const {
   return ranks_[0]->model->config();
+}
+
+ops::TopkTieOrder ModelRunner::topk_tie_order() const {
+  return ranks_[0]->model->topk_tie_order();
 }
 
 Allocator& ModelRunner::allocator(int rank) const {

@@ -35,6 +35,7 @@ struct RunnerOptions {
   // Trace only: every rank's allocator starts in meta mode, so weights get their true sizes but
   // no memory (planning a model that does not fit this machine).
   bool meta = false;
+  ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
 };
 
 class ModelRunner {
@@ -45,6 +46,7 @@ class ModelRunner {
   ModelRunner& operator=(const ModelRunner&) = delete;
 
   const io::ModelConfig& config() const;
+  ops::TopkTieOrder topk_tie_order() const;
   // Rank 0's device.
   Device device() const { return device_; }
   int tp_size() const { return tp_size_; }

@@ -6,8 +6,8 @@
 
 namespace mls {
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, KvBlockManager& blocks, bool prompt_len_in_hash)
-    : cfg_(cfg), blocks_(blocks), prompt_len_in_hash_(prompt_len_in_hash) {
+Scheduler::Scheduler(const SchedulerConfig& cfg, KvBlockManager& blocks)
+    : cfg_(cfg), blocks_(blocks) {
   if (cfg.max_num_batched_tokens < 1)
     raise<InvalidArgument>("max_num_batched_tokens must be >= 1 (got {})",
                            cfg.max_num_batched_tokens);
@@ -15,10 +15,6 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, KvBlockManager& blocks, bool pr
     raise<InvalidArgument>("max_num_seqs must be >= 1 (got {})", cfg.max_num_seqs);
   running_.reserve(cfg.max_num_seqs);
   out_.reserve(cfg.max_num_seqs);
-}
-
-uint64_t Scheduler::salt(const Sequence& s) const {
-  return prompt_len_in_hash_ ? static_cast<uint64_t>(s.prompt_len) : 0;
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -78,8 +74,8 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
     if (static_cast<int64_t>(running_.size()) + s->seq_slots > cfg_.max_num_seqs) break;
     const auto len = static_cast<int64_t>(s->tokens.size());
     if (blocks_.prefix_caching() && !s->prompt_logits) {
-      blocks_.extend_hashes(s->tokens, salt(*s), s->block_hashes);
-      s->num_computed = blocks_.take_cached_prefix(s->block_hashes, len, s->block_table);
+      blocks_.extend_hashes(s->tokens, s->block_hashes);
+      s->num_computed = blocks_.take_cached_prefix(s->tokens, s->block_hashes, s->block_table);
     }
     const int64_t n = std::min(len - s->num_computed, budget);
     if (!blocks_.allocate(s->block_table, s->num_computed + n)) {
@@ -122,10 +118,10 @@ void Scheduler::commit() {
     Sequence& s = *c.seq;
     s.num_computed += c.num_new;
     if (!blocks_.prefix_caching()) continue;
-    blocks_.extend_hashes(std::span(s.tokens).first(s.num_computed), salt(s), s.block_hashes);
+    blocks_.extend_hashes(std::span(s.tokens).first(s.num_computed), s.block_hashes);
     const auto full =
         std::min<size_t>(s.block_hashes.size(), s.num_computed / blocks_.block_size());
-    blocks_.cache_blocks(s.block_table, std::span(s.block_hashes).first(full));
+    blocks_.cache_blocks(s.tokens, s.block_table, std::span(s.block_hashes).first(full));
   }
 }
 

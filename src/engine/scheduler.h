@@ -34,10 +34,7 @@ struct ScheduledChunk {
 
 class Scheduler {
  public:
-  // prompt_len_in_hash: the KV of a block depends on the request's prompt length too (DSA: the
-  // reference's top-k tie order over a prompt row depends on the row's length), so block
-  // hashes are salted with it and only requests with equal prompt lengths share blocks.
-  Scheduler(const SchedulerConfig& cfg, KvBlockManager& blocks, bool prompt_len_in_hash);
+  Scheduler(const SchedulerConfig& cfg, KvBlockManager& blocks);
 
   // Queues a sequence that holds no blocks (new, or re-queued).
   void add(Sequence* seq);
@@ -60,11 +57,9 @@ class Scheduler {
   void preempt(Sequence* seq);
   void bound_logit_rows();
   void insert_running(Sequence* seq);
-  uint64_t salt(const Sequence& s) const;
 
   SchedulerConfig cfg_;
   KvBlockManager& blocks_;
-  bool prompt_len_in_hash_;
   std::vector<Sequence*> running_;  // arrival order
   std::deque<Sequence*> waiting_;
   std::vector<ScheduledChunk> out_;

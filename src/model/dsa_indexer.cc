@@ -36,7 +36,12 @@ Tensor dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t la
   const float score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)));
   Tensor chosen = Tensor::empty({N, c.index_topk}, DType::kI32, act, a);
   ops::indexer_topk(q3, index_cache, weights, step.positions, step.index_row_len, score_scale,
-                    step.pages(), chosen);
+                    step.pages(), k.topk_tie_order, chosen);
+  if (step.observer) {
+    step.observer(fmt::format("layer.{}.index_q", layer), q3);
+    step.observer(fmt::format("layer.{}.index_k", layer), key);
+    step.observer(fmt::format("layer.{}.index_w", layer), weights);
+  }
   return chosen;
 }
 

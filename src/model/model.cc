@@ -21,16 +21,17 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
     if (config.quant.fp8) ckpt->set_fp8_block_size(config.quant.block_n, config.quant.block_k);
   }
   ModelWeights w = load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc);
-  return std::make_unique<Model>(std::move(config), std::move(w), opts.parallel, alloc);
+  return std::make_unique<Model>(std::move(config), std::move(w), opts.parallel, alloc,
+                                 opts.topk_tie_order);
 }
 
 Model::Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par,
-             Allocator& alloc)
+             Allocator& alloc, ops::TopkTieOrder topk_tie_order)
     : config_(std::move(config)),
       w_(std::move(weights)),
       par_(par),
       alloc_(&alloc),
-      k_(ModelConstants::make(config_, par_, alloc.device())) {
+      k_(ModelConstants::make(config_, par_, alloc.device(), topk_tie_order)) {
   if (par_.tp_size > 1 && !par_.comm)
     raise<InternalError>("tensor parallelism of {} without a communicator", par_.tp_size);
   // Absorbed decode needs W_UKᵀ per local head: [rkv, dn] from kv_b_proj's k rows.
@@ -58,6 +59,7 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
   const int64_t L = layout.local_rows();
   // This rank's rows of the token ids are staged with the step; padding rows embed to zeros.
   StepContext step(batch, kv.block_size, layout.first_row(), L, a);
+  step.observer = observer;
   Tensor x = Tensor::empty({L, H}, k_.act, act, a);
   ops::embedding(w_.embed, step.local_ids, 0, x);
 

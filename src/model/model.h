@@ -20,19 +20,19 @@ struct LoadOptions {
   LoadFormat format = LoadFormat::kAuto;
   ParallelContext parallel;
   Allocator* alloc = nullptr;  // default_allocator() when null
+  ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;
 };
-
-// Receives named intermediates ("embed", "layer.L", "final_norm") for conformance diffs.
-using ForwardObserver = std::function<void(std::string_view name, const Tensor& t)>;
 
 class Model {
  public:
   static std::unique_ptr<Model> load(const std::filesystem::path& dir, const LoadOptions& opts);
-  Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par, Allocator& alloc);
+  Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par, Allocator& alloc,
+        ops::TopkTieOrder topk_tie_order);
 
   const io::ModelConfig& config() const { return config_; }
   const ParallelContext& parallel() const { return par_; }
   Allocator& allocator() const { return *alloc_; }
+  ops::TopkTieOrder topk_tie_order() const { return k_.topk_tie_order; }
 
   // Logits [num_logit_rows, vocab_size] for the rows the batch asks for, in batch order.
   Tensor forward(const ForwardBatch& batch, KvCache& kv,

@@ -9,8 +9,9 @@
 namespace mls {
 
 ModelConstants ModelConstants::make(const io::ModelConfig& c, const ParallelContext& p,
-                                    Device device) {
+                                    Device device, ops::TopkTieOrder topk_tie_order) {
   ModelConstants k;
+  k.topk_tie_order = topk_tie_order;
   ops::RopeParamsF rp;
   rp.theta = c.rope.theta;
   rp.yarn = c.rope.type == "yarn";

@@ -5,10 +5,14 @@
 // step's kernels, which never wait on the host.
 #pragma once
 
+#include <functional>
+#include <string_view>
+
 #include "core/tensor.h"
 #include "io/model_config.h"
 #include "model/forward_batch.h"
 #include "ops/attention.h"
+#include "ops/indexer_topk.h"
 #include "ops/rope.h"
 #include "parallel/communicator.h"
 
@@ -23,9 +27,15 @@ struct ModelConstants {
   int64_t vocab_start = 0, local_vocab = 0;
   // Activations and the KV cache: f32 on the CPU, bf16 on the GPU (fp32 accumulation there).
   DType act = DType::kF32;
+  ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
 
-  static ModelConstants make(const io::ModelConfig& c, const ParallelContext& p, Device device);
+  static ModelConstants make(const io::ModelConfig& c, const ParallelContext& p, Device device,
+                             ops::TopkTieOrder topk_tie_order);
 };
+
+// Receives named intermediates ("embed", "layer.L", "final_norm"; on full DSA indexer layers
+// "layer.L.index_q", "layer.L.index_k", "layer.L.index_w") for conformance diffs.
+using ForwardObserver = std::function<void(std::string_view name, const Tensor& t)>;
 
 // The compute dtype of activations and cache on a device.
 DType activation_dtype(Device device);
@@ -42,6 +52,9 @@ struct StepContext {
   Tensor block_tables;   // [num_seqs, max_blocks]
   Tensor local_ids;      // [L] token ids of this rank's rows of the layout (−1: padding)
   Tensor logit_rows;     // [R] rows that produce logits
+
+  // The forward's observer, if any (layers give it replicated tensors only).
+  ForwardObserver observer;
 
   // `first_row`, `local_rows`: this rank's rows of the residual layout.
   StepContext(const ForwardBatch& b, int64_t block_size, int64_t first_row, int64_t local_rows,

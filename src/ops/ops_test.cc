@@ -1,6 +1,7 @@
 // Op tests on the CPU against direct formulas from REFERENCE.md.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -269,13 +270,49 @@ TEST(IndexerTopk, CausalRowsAndShortRows) {
   Tensor k = filled({T, D}, {1, 0, 3, 0, 2, 0, -1, 0});
   Tensor w = filled({T, H}, {1, 1, 1, 1});
   Tensor chosen = Tensor::empty({T, 2}, DType::kI32, MemTag::kActivation);
-  indexer_topk(q, k, w, ids({0, 1, 2, 3}), ids({4, 4, 4, 4}), 1.0f, {}, chosen);
-  const int32_t* c = chosen.data<int32_t>();
-  EXPECT_EQ(c[0], 0);  // one valid key: it, and the masked slot reads -1
-  EXPECT_EQ(c[1], -1);
-  std::vector<int32_t> row3(c + 6, c + 8);
-  std::sort(row3.begin(), row3.end());
-  EXPECT_EQ(row3, (std::vector<int32_t>{1, 2}));  // scores 1, 3, 2, relu(-1)=0
+  for (TopkTieOrder order : {TopkTieOrder::kServing, TopkTieOrder::kTorchReference}) {
+    indexer_topk(q, k, w, ids({0, 1, 2, 3}), ids({4, 4, 4, 4}), 1.0f, {}, order, chosen);
+    const int32_t* c = chosen.data<int32_t>();
+    EXPECT_EQ(c[0], 0);  // one valid key: it, and the masked slot reads -1
+    EXPECT_EQ(c[1], -1);
+    std::vector<int32_t> row3(c + 6, c + 8);
+    std::sort(row3.begin(), row3.end());
+    EXPECT_EQ(row3, (std::vector<int32_t>{1, 2}));  // scores 1, 3, 2, relu(-1)=0
+  }
+}
+
+// 3 positive scores and 97 ReLU zeros, top-8: five of the tied zeros are kept. Serving keeps the
+// lowest-indexed ones, listed in ascending order, whatever the row length (a prompt's, or the
+// row's own); the torch reference's choice among them follows its algorithm for the row length.
+TEST(IndexerTopk, ServingTiesGoToLowerIndicesWhateverTheRowLength) {
+  const int keys = 100;
+  std::vector<float> kv(keys, -1.0f);
+  kv[40] = 2, kv[70] = 3, kv[90] = 1;
+  Tensor q = filled({1, 1, 1}, {1}), k = filled({keys, 1}, kv), w = filled({1, 1}, {1});
+  Tensor chosen = Tensor::empty({1, 8}, DType::kI32, MemTag::kActivation);
+  const std::vector<int32_t> want = {0, 1, 2, 3, 4, 40, 70, 90};
+  for (int32_t row_len : {keys, 700, 5000}) {
+    indexer_topk(q, k, w, ids({keys - 1}), ids({row_len}), 1.0f, {}, TopkTieOrder::kServing,
+                 chosen);
+    EXPECT_EQ(std::vector<int32_t>(chosen.data<int32_t>(), chosen.data<int32_t>() + 8), want)
+        << "row length " << row_len;
+    const std::vector<bool> tie = cpu::indexer_ties_at_cut(q, k, w, ids({keys - 1}), 1.0f, {}, 8);
+    EXPECT_EQ(tie, std::vector<bool>{true});
+
+    indexer_topk(q, k, w, ids({keys - 1}), ids({row_len}), 1.0f, {}, TopkTieOrder::kTorchReference,
+                 chosen);
+    std::vector<int32_t> ref(chosen.data<int32_t>(), chosen.data<int32_t>() + 8);
+    std::sort(ref.begin(), ref.end());
+    EXPECT_TRUE(std::adjacent_find(ref.begin(), ref.end()) == ref.end());
+    EXPECT_TRUE(ref.front() >= 0 && ref.back() < keys);
+    for (int32_t j : {40, 70, 90})  // the positive keys, and five of the zeros
+      EXPECT_TRUE(std::binary_search(ref.begin(), ref.end(), j)) << j;
+  }
+  // A row with a unique top-8 has no tie at the cut.
+  for (int j = 0; j < keys; ++j) kv[j] = static_cast<float>(j);
+  Tensor distinct = filled({keys, 1}, kv);
+  EXPECT_EQ(cpu::indexer_ties_at_cut(q, distinct, w, ids({keys - 1}), 1.0f, {}, 8),
+            std::vector<bool>{false});
 }
 
 TEST(Elementwise, SiluMulAddEmbedding) {

@@ -58,12 +58,15 @@ struct Reference {
   std::vector<int32_t> greedy;
 };
 
+// Runs use the DSA torch reference tie order: the greedy tokens are also held to the golden.
+constexpr ops::TopkTieOrder kOrder = ops::TopkTieOrder::kTorchReference;
+
 // TP=1 results, computed once per fixture.
 const Reference& reference(const std::string& fixture) {
   static std::map<std::string, Reference> cache;
   auto it = cache.find(fixture);
   if (it != cache.end()) return it->second;
-  ModelRunner runner({.model = kData + "/" + fixture});
+  ModelRunner runner({.model = kData + "/" + fixture, .topk_tie_order = kOrder});
   Reference r;
   for (const auto& p : prompts(fixture)) r.logits.push_back(all_logits(runner, p));
   r.greedy = generate_greedy(runner, golden_ids(fixture, "generate.prompt_ids"), 40).output_ids;
@@ -75,8 +78,10 @@ class TensorParallel : public ::testing::TestWithParam<std::tuple<std::string, i
 TEST_P(TensorParallel, LogitsAndGreedyEqualSingleRank) {
   const auto& [fixture, tp, sp] = GetParam();
   const Reference& ref = reference(fixture);
-  ModelRunner runner(
-      {.model = kData + "/" + fixture, .tensor_parallel_size = tp, .sequence_parallel = sp});
+  ModelRunner runner({.model = kData + "/" + fixture,
+                      .tensor_parallel_size = tp,
+                      .sequence_parallel = sp,
+                      .topk_tie_order = kOrder});
   const auto ps = prompts(fixture);
   for (size_t i = 0; i < ps.size(); ++i) {
     const double err = rel_l2(all_logits(runner, ps[i]), ref.logits[i]);

@@ -2,6 +2,9 @@
 // (value, index) pairs in index order, then std::partial_sort when k·64 <= n, else
 // std::nth_element at k−1. Exact ties (e.g. the indexer's ReLU zeros) are common in DSA scoring
 // and decide which keys attend, so matching the reference needs its tie order, not just a top-k.
+// The DSA indexer uses it only in TopkTieOrder::kTorchReference (ops/indexer_topk.h): torch's
+// choice depends on the row's length, which serving cannot allow (prefix caching); MoE routing
+// (one row per token, fixed length) always uses it.
 #pragma once
 
 #include <algorithm>

@@ -12,14 +12,14 @@
 // peaked softmax (q scaled up) make visible.
 //
 // Indexer: with integer-valued inputs and a power-of-two scale every score is exact in fp32 on
-// both sides, so the chosen sets must agree except among keys whose score equals the k-th
-// score (the CPU follows torch's tie order, the GPU prefers lower indices). With normal inputs,
-// scores differ by fp32 rounding (~1e-6 relative), so keys within 1e-4·rms of the k-th score
-// may swap.
+// both sides, and both break ties at the cut by lower index (TopkTieOrder::kServing), so the
+// chosen lists must be identical. With normal inputs, scores differ by fp32 rounding (~1e-6
+// relative), so keys within 1e-4·rms of the k-th score may swap.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -416,12 +416,18 @@ void run_indexer(const IdxCase& c) {
   const Tensor q_pos_h = ints_cpu(pos), len_h = ints_cpu(len);
 
   Tensor ref = Tensor::empty({T, c.topk}, kI32, MemTag::kActivation);
-  cpu::indexer_topk(q_h, k_h, w_h, q_pos_h, len_h, scale, pages.host, ref);
+  cpu::indexer_topk(q_h, k_h, w_h, q_pos_h, len_h, scale, pages.host, TopkTieOrder::kServing, ref);
 
   Tensor got_d = Tensor::empty({T, c.topk}, kI32, MemTag::kActivation, gpu());
   indexer_topk(to_gpu(q_h, kBF), to_gpu(k_h, kBF), to_gpu(w_h, c.w_f32 ? DType::kF32 : kBF),
-               to_gpu(q_pos_h, kI32), to_gpu(len_h, kI32), scale, pages.dev, got_d);
+               to_gpu(q_pos_h, kI32), to_gpu(len_h, kI32), scale, pages.dev, TopkTieOrder::kServing,
+               got_d);
   const Tensor got = to_cpu(got_d);
+  if (c.integer) {
+    const int32_t* g = got.data<int32_t>();
+    const int32_t* r = ref.data<int32_t>();
+    EXPECT_EQ(std::vector<int32_t>(g, g + T * c.topk), std::vector<int32_t>(r, r + T * c.topk));
+  }
 
   for (int64_t t = 0; t < T; ++t) {
     // Scores in double from the same (exact bf16) inputs.
@@ -451,8 +457,7 @@ void run_indexer(const IdxCase& c) {
     std::sort(sorted.begin(), sorted.end(), std::greater<>());
     const double kth = sorted[take - 1];
 
-    // The chosen positions of a row: `take` distinct valid keys, every other slot −1 (the CPU
-    // may interleave −1s, which stand for masked positions it ranked among its picks).
+    // The chosen positions of a row: `take` distinct valid keys, every other slot −1.
     auto chosen_set = [&](const Tensor& sel, const char* who) {
       std::set<int32_t> s;
       int64_t picks = 0;
@@ -545,6 +550,70 @@ TEST(CudaIndexer, SmallShapes) {
       c.seed = static_cast<uint32_t>(230 + Di + bs);
       run_indexer(c);
     }
+}
+
+// The serving tie rule on the GPU: small integers tie often at the cut, and a row keeps the
+// lowest-indexed of the tied keys whatever comes with it: its row length (a prompt's or its
+// own), the other rows of the step, the step's key bound. This is what lets a cached prefix's
+// selections stand for any continuation. The CPU's kServing picks the same lists.
+TEST(CudaIndexer, TiesGoToLowerIndicesWhateverFollows) {
+  MLS_REQUIRE_GPU();
+  const int64_t Hi = 4, Di = 32, topk = 8;
+  const int32_t ctx = 300, zero_row = 100;
+  const Cache cache({ctx}, 16, 240);
+  const Tensor k_all = int_values({cache.rows, Di}, 241, 1);
+  Tensor q_all = int_values({ctx, Hi, Di}, 242, 1);
+  for (int64_t i = 0; i < Hi * Di; ++i) q_all.data<float>()[zero_row * Hi * Di + i] = 0.0f;
+  const Tensor w_all = int_values({ctx, Hi}, 243, 2);
+  const float scale = 1.0f / 16;
+
+  // Selects rows `pos` (each with row length `len`) in one step; checks GPU == CPU.
+  int64_t ties = 0;
+  auto select = [&](const std::vector<int32_t>& pos, const std::vector<int32_t>& len) {
+    const auto T = static_cast<int64_t>(pos.size());
+    Tensor q_h = Tensor::empty({T, Hi, Di}, DType::kF32, MemTag::kActivation);
+    Tensor w_h = Tensor::empty({T, Hi}, DType::kF32, MemTag::kActivation);
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(q_all.data<float>() + pos[t] * Hi * Di, Hi * Di, q_h.data<float>() + t * Hi * Di);
+      std::copy_n(w_all.data<float>() + pos[t] * Hi, Hi, w_h.data<float>() + t * Hi);
+    }
+    const std::vector<int32_t> seq(T, 0);
+    const Pages pages(cache, seq, pos);
+    const Tensor pos_h = ints_cpu(pos), len_h = ints_cpu(len);
+    Tensor ref = Tensor::empty({T, topk}, kI32, MemTag::kActivation);
+    cpu::indexer_topk(q_h, k_all, w_h, pos_h, len_h, scale, pages.host, TopkTieOrder::kServing,
+                      ref);
+    Tensor got_d = Tensor::empty({T, topk}, kI32, MemTag::kActivation, gpu());
+    indexer_topk(to_gpu(q_h, kBF), to_gpu(k_all, kBF), to_gpu(w_h, kBF), to_gpu(pos_h, kI32),
+                 to_gpu(len_h, kI32), scale, pages.dev, TopkTieOrder::kServing, got_d);
+    const Tensor got = to_cpu(got_d);
+    for (bool tie : cpu::indexer_ties_at_cut(q_h, k_all, w_h, pos_h, scale, pages.host, topk))
+      ties += tie;
+    std::map<int32_t, std::vector<int32_t>> rows;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t* g = got.data<int32_t>() + t * topk;
+      const int32_t* r = ref.data<int32_t>() + t * topk;
+      EXPECT_EQ(std::vector<int32_t>(g, g + topk), std::vector<int32_t>(r, r + topk))
+          << "row at position " << pos[t];
+      rows[pos[t]] = std::vector<int32_t>(g, g + topk);
+    }
+    return rows;
+  };
+
+  const std::vector<int32_t> probes = {8, 37, zero_row, 150, 299};
+  std::vector<int32_t> all(ctx), prompt_len(ctx, ctx);
+  std::iota(all.begin(), all.end(), 0);
+  const auto whole_prompt = select(all, prompt_len);
+  const int64_t prompt_ties = ties;
+  EXPECT_GT(prompt_ties, 0) << "the inputs must tie at the cut for this test to mean anything";
+  for (int32_t p : probes) {
+    EXPECT_EQ(select({p}, {p + 1}).at(p), whole_prompt.at(p)) << "position " << p;
+    EXPECT_EQ(select({p, ctx - 1}, {ctx, ctx}).at(p), whole_prompt.at(p)) << "position " << p;
+  }
+  std::vector<int32_t> lowest(topk);
+  std::iota(lowest.begin(), lowest.end(), 0);
+  EXPECT_EQ(whole_prompt.at(zero_row), lowest) << "every score 0: the lowest indices";
+  std::printf("%ld of %d rows tie at the cut\n", static_cast<long>(prompt_ties), ctx);
 }
 
 }  // namespace

@@ -21,7 +21,12 @@ int64_t rows_per_launch(int64_t ld, int64_t T) {
 }  // namespace
 
 void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
-                  const Tensor& row_len, float scale, const PagedKeys& pages, Tensor& chosen) {
+                  const Tensor& row_len, float scale, const PagedKeys& pages, TopkTieOrder order,
+                  Tensor& chosen) {
+  // The kernel's rule is kServing's (radix select, ties to lower indices, each row over its own
+  // valid keys); torch's CPU algorithm exists only on the CPU.
+  if (order != TopkTieOrder::kServing)
+    raise<Unsupported>("indexer_topk: the torch reference tie order runs on the CPU only");
   if (q.ndim() != 3 || k.ndim() != 2 || w.ndim() != 2 || chosen.ndim() != 2)
     raise<ShapeError>("indexer_topk: q {} k {} w {} chosen {} do not fit", q.str(), k.str(),
                       w.str(), chosen.str());

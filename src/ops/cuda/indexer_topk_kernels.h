@@ -10,7 +10,8 @@ namespace mls::ops::cuda::kernels {
 
 // One step's indexer selection (see ops/indexer_topk.h). Device pointers; strides in elements,
 // innermost strides 1. Query t scores the key positions j < min(q_pos[t] + 1, row_len[t],
-// key_bound); the other positions of its row are masked.
+// key_bound); the other positions of its row are masked. Ties at the cut go to lower positions
+// (TopkTieOrder::kServing), so a row's selection does not depend on the keys after it.
 struct IndexerParams {
   const void* q = nullptr;  // bf16 [T, Hi, Di]
   int64_t q_st = 0, q_sh = 0;

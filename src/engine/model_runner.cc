@@ -13,6 +13,7 @@
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
 #include "core/cuda_context.h"
+#include "parallel/device_communicator.h"
 #endif
 #ifdef MLASERVE_NCCL
 #include "parallel/nccl_communicator.h"
@@ -26,6 +27,7 @@ namespace mls {
 struct ModelRunner::Rank {
   int index = 0;
   Device device;
+  bool traced = false;  // a meta runner: no device runtime behind this rank
   std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Model> model;
   KvCache kv;
@@ -40,7 +42,7 @@ struct ModelRunner::Rank {
   void loop() {
 #ifdef MLASERVE_CUDA_RUNTIME
     // Every kernel of this rank goes to this thread's stream on its device.
-    if (!device.is_cpu()) cuda::bind(device.index, alloc.get());
+    if (!device.is_cpu() && !traced) cuda::bind(device.index, alloc.get());
 #endif
     for (;;) {
       std::function<void()> j;
@@ -66,27 +68,44 @@ struct ModelRunner::Rank {
 };
 
 ModelRunner::ModelRunner(const RunnerOptions& opts)
-    : device_(opts.device), sequence_parallel_(opts.sequence_parallel) {
+    : device_(opts.device),
+      sequence_parallel_(opts.sequence_parallel),
+      ranks_per_device_(opts.ranks_per_device) {
   const int tp = opts.tensor_parallel_size;
+  const int rpd = opts.ranks_per_device;
   if (tp < 1) raise<InvalidArgument>("--tensor-parallel-size must be >= 1 (got {})", tp);
-  const bool gpu = !opts.device.is_cpu();
-#ifdef MLASERVE_CUDA_RUNTIME
-  if (gpu && opts.device.index + tp > cuda_device_count())
+  if (rpd != 1 && rpd != tp)
     raise<InvalidArgument>(
-        "--device {} with --tensor-parallel-size {} needs GPUs {}..{}, but {} "
-        "are visible",
-        opts.device.str(), tp, opts.device.index, opts.device.index + tp - 1, cuda_device_count());
+        "--ranks-per-device {} with --tensor-parallel-size {}: either 1 (one GPU per rank) or "
+        "all ranks on one GPU",
+        rpd, tp);
+  if (rpd > 1 && opts.device.is_cpu())
+    raise<InvalidArgument>("--ranks-per-device applies to GPUs; CPU ranks share host memory");
+  const bool gpu = !opts.device.is_cpu();
+  // A meta runner on a GPU device kind traces sizes only: no GPU, runtime or NCCL needed.
+  const bool traced_gpu = gpu && opts.meta;
+#ifdef MLASERVE_CUDA_RUNTIME
+  const int gpus = tp / rpd;
+  if (gpu && !traced_gpu && opts.device.index + gpus > cuda_device_count())
+    raise<InvalidArgument>(
+        "--device {} with --tensor-parallel-size {} and --ranks-per-device {} needs GPUs {}..{}, "
+        "but {} are visible",
+        opts.device.str(), tp, rpd, opts.device.index, opts.device.index + gpus - 1,
+        cuda_device_count());
 #else
-  if (gpu) raise<Unsupported>("--device {}: this build has no CUDA backend", opts.device.str());
+  if (gpu && !traced_gpu)
+    raise<Unsupported>("--device {}: this build has no CUDA backend", opts.device.str());
 #endif
   std::vector<Allocator*> allocs;
   std::vector<int> devices;
   for (int r = 0; r < tp; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->index = r;
-    rank->device = gpu ? Device::cuda(opts.device.index + r) : Device::cpu();
+    rank->device = gpu ? Device::cuda(opts.device.index + r / rpd) : Device::cpu();
+    rank->traced = traced_gpu;
+    if (traced_gpu) rank->alloc = std::make_unique<MetaAllocator>(rank->device);
 #ifdef MLASERVE_CUDA_RUNTIME
-    if (gpu) rank->alloc = std::make_unique<CudaAllocator>(rank->device.index);
+    if (gpu && !traced_gpu) rank->alloc = std::make_unique<CudaAllocator>(rank->device.index);
 #endif
     if (!gpu) rank->alloc = std::make_unique<CpuAllocator>();
     rank->alloc->set_meta(opts.meta);
@@ -94,7 +113,11 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     devices.push_back(rank->device.index);
     ranks_.push_back(std::move(rank));
   }
-  if (gpu && tp > 1) {
+  if (gpu && !traced_gpu && rpd > 1) {
+#ifdef MLASERVE_CUDA_RUNTIME
+    comms_ = make_device_group(tp, opts.device.index, allocs);
+#endif
+  } else if (gpu && !traced_gpu && tp > 1) {
 #ifdef MLASERVE_NCCL
     comms_ = make_nccl_group(devices, allocs);
 #else
@@ -166,12 +189,14 @@ void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   });
   num_blocks_ = num_blocks;
   block_size_ = block_size;
+  planned_limits_.reset();
 }
 
 void ModelRunner::release_kv_cache() {
   run_on_all_ranks([](Rank& r) { r.kv = KvCache(); });
   num_blocks_ = 0;
   block_size_ = 0;
+  planned_limits_.reset();
 }
 
 void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observer,
@@ -185,13 +210,14 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
     // gathered from all ranks' shards, a collective every rank must join.
     const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
     Tensor logits = r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
-    if (r.index == 0 && logits.raw()) finish(r, logits);
+    if (r.index == 0) finish(r, logits);
   });
 }
 
 Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {
   Tensor result;
   step(batch, observer, [&](Rank& r, Tensor& logits) {
+    if (!logits.raw()) return;  // meta: nothing comes back
     if (r.device.is_cpu()) {
       result = std::move(logits);
       return;
@@ -211,10 +237,14 @@ SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
   step(batch, observer, [&](Rank& r, Tensor& logits) {
     Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
     Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
-    if (r.device.is_cpu()) return ops::sample_rows(logits, rows, ids, logprobs);
+    if (r.device.is_cpu()) {
+      if (logits.raw()) ops::sample_rows(logits, rows, ids, logprobs);
+      return;
+    }
     Tensor dev_ids = Tensor::empty({R}, DType::kI32, MemTag::kActivation, *r.alloc);
     Tensor dev_logprobs = Tensor::empty({R}, DType::kF32, MemTag::kActivation, *r.alloc);
     ops::sample_rows(logits, rows, dev_ids, dev_logprobs);
+    if (!dev_ids.raw()) return;  // meta: sizes traced, nothing comes back
     ops::copy(dev_ids, ids);
     ops::copy(dev_logprobs, logprobs);
   });
@@ -224,13 +254,13 @@ SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
 std::vector<int64_t> ModelRunner::untracked_device_bytes() {
   std::vector<int64_t> out(ranks_.size(), 0);
 #ifdef MLASERVE_CUDA_RUNTIME
-  if (device_.is_cpu()) return out;
+  if (device_.is_cpu() || ranks_[0]->traced) return out;
   run_on_all_ranks([&](Rank& r) {
     cuda::synchronize();
     int64_t free_b = 0, total_b = 0;
     cuda_memory_info(r.device.index, &free_b, &total_b);
     const auto& ca = static_cast<const CudaAllocator&>(*r.alloc);
-    out[r.index] = std::max<int64_t>(0, total_b - free_b - ca.reserved_bytes());
+    out[r.index] = std::max<int64_t>(0, total_b - free_b - ca.reserved_bytes()) / ranks_per_device_;
   });
 #endif
   return out;

@@ -47,6 +47,9 @@ struct TokenEvent {
   int32_t token_id = -1;
   const Logprobs* logprobs = nullptr;  // set when the request asked for logprobs
   FinishReason finish = FinishReason::kNone;
+  // Set (finish kAbort) when the step that ran this sample failed: the request ends with an
+  // error, the engine goes on.
+  const std::string* error = nullptr;
   Usage usage;
   Timings timings;
 };

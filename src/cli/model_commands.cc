@@ -25,6 +25,7 @@ struct ModelFlags {
   std::string device = "cpu";
   std::string load_format = "auto";
   int tensor_parallel_size = 1;
+  int ranks_per_device = 1;
   bool sequence_parallel = false;
   std::string prompt_ids;
 };
@@ -32,10 +33,7 @@ struct ModelFlags {
 // Scheduler and KV pool flags (vllm serve names). num_kv_blocks stands in for the memory
 // planner: 0 sizes the pool for the prompts at hand.
 struct EngineFlags {
-  int64_t block_size = 64;
-  int64_t max_num_batched_tokens = 8192;
-  int64_t max_num_seqs = 256;
-  int64_t max_model_len = 0;
+  ServingLimits limits;
   int64_t num_kv_blocks = 0;
 };
 
@@ -47,15 +45,20 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--sequence-parallel", f.sequence_parallel,
                 "Shard tokens across ranks between layers");
+  cmd->add_option("--ranks-per-device", f.ranks_per_device,
+                  "1 (one GPU per rank) or --tensor-parallel-size (every rank on one GPU)")
+      ->check(CLI::PositiveNumber);
 }
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
-  cmd->add_option("--block-size", f.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "Token budget per step")
+  cmd->add_option("--block-size", f.limits.block_size, "Tokens per KV block")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-seqs", f.max_num_seqs, "Sequences per step")
+  cmd->add_option("--max-num-batched-tokens", f.limits.max_num_batched_tokens,
+                  "Token budget per step")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-model-len", f.max_model_len,
+  cmd->add_option("--max-num-seqs", f.limits.max_num_seqs, "Sequences per step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-model-len", f.limits.max_model_len,
                   "Longest sequence (default: max_position_embeddings, capped to the pool)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--num-kv-blocks", f.num_kv_blocks,
@@ -88,7 +91,8 @@ std::unique_ptr<ModelRunner> load_runner(const ModelFlags& f) {
                     .load_format = parse_load_format(f.load_format),
                     .tensor_parallel_size = f.tensor_parallel_size,
                     .sequence_parallel = f.sequence_parallel,
-                    .device = parse_device(f.device)});
+                    .device = parse_device(f.device),
+                    .ranks_per_device = f.ranks_per_device});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -100,25 +104,25 @@ void run_logits(const ModelFlags& f, const EngineFlags& e, const std::string& ou
   std::unique_ptr<ModelRunner> runner = load_runner(f);
   if (!runner->leader()) return runner->follow();
   const auto n = static_cast<int64_t>(ids.size());
-  const int64_t mml =
-      e.max_model_len > 0 ? e.max_model_len : runner->config().max_position_embeddings;
+  const int64_t mml = e.limits.max_model_len > 0 ? e.limits.max_model_len
+                                                 : runner->config().max_position_embeddings;
   if (n > mml)
     raise<InvalidArgument>("--prompt-ids has {} tokens, more than max_model_len {}", n, mml);
-  const int64_t blocks = std::max(e.num_kv_blocks, ceil_div(n, e.block_size));
-  runner->allocate_kv_cache(blocks, e.block_size);
+  const int64_t blocks = std::max(e.num_kv_blocks, ceil_div(n, e.limits.block_size));
+  runner->allocate_kv_cache(blocks, e.limits.block_size);
   const int64_t vocab = runner->config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(n * vocab));
   ForwardBatch batch;
   batch.seqs.resize(1);
   SequenceChunk& sc = batch.seqs[0];
-  for (int64_t b = 0; b < ceil_div(n, e.block_size); ++b)
+  for (int64_t b = 0; b < ceil_div(n, e.limits.block_size); ++b)
     sc.block_table.push_back(static_cast<int32_t>(b));
   sc.prompt_len = n;
   sc.logits = SequenceChunk::Logits::kAll;
   // The prompt runs in chunks of the step budget, as the engine would prefill it.
   for (int64_t done = 0; done < n; done += sc.num_new) {
     sc.num_cached = done;
-    sc.num_new = std::min(e.max_num_batched_tokens, n - done);
+    sc.num_new = std::min(e.limits.max_num_batched_tokens, n - done);
     batch.token_ids.assign(ids.begin() + done, ids.begin() + done + sc.num_new);
     const Tensor part = runner->forward(batch);
     std::copy(part.data<float>(), part.data<float>() + part.numel(), logits.begin() + done * vocab);
@@ -151,20 +155,19 @@ void run_generate(const ModelFlags& f, const EngineFlags& e, const GenerateFlags
           : read_prompt_file(g.prompt_file);
   std::unique_ptr<ModelRunner> runner = load_runner(f);
   if (!runner->leader()) return runner->follow();
-  const int64_t mml =
-      e.max_model_len > 0 ? e.max_model_len : runner->config().max_position_embeddings;
+  const int64_t mml = e.limits.max_model_len > 0 ? e.limits.max_model_len
+                                                 : runner->config().max_position_embeddings;
   int64_t blocks = e.num_kv_blocks;
   if (blocks == 0) {
     for (const auto& p : prompts)
-      blocks +=
-          ceil_div(std::min(mml, static_cast<int64_t>(p.size()) + g.max_tokens), e.block_size);
-    blocks = std::min(blocks, e.max_num_seqs * ceil_div(mml, e.block_size));
-    if (e.max_model_len > 0) blocks = std::max(blocks, ceil_div(e.max_model_len, e.block_size));
+      blocks += ceil_div(std::min(mml, static_cast<int64_t>(p.size()) + g.max_tokens),
+                         e.limits.block_size);
+    blocks = std::min(blocks, e.limits.max_num_seqs * ceil_div(mml, e.limits.block_size));
+    if (e.limits.max_model_len > 0)
+      blocks = std::max(blocks, ceil_div(e.limits.max_model_len, e.limits.block_size));
   }
-  runner->allocate_kv_cache(blocks, e.block_size);
-  Engine engine(*runner, {.max_num_batched_tokens = e.max_num_batched_tokens,
-                          .max_num_seqs = e.max_num_seqs,
-                          .max_model_len = e.max_model_len});
+  runner->allocate_kv_cache(blocks, e.limits.block_size);
+  Engine engine(*runner, {.limits = e.limits});
 
   SamplingParams sp;
   sp.max_tokens = g.max_tokens;
@@ -212,7 +215,7 @@ void run_generate(const ModelFlags& f, const EngineFlags& e, const GenerateFlags
         {"prompt_tokens", st.prompt_tokens},
         {"output_tokens", st.generation_tokens},
         {"num_kv_blocks", blocks},
-        {"block_size", e.block_size},
+        {"block_size", e.limits.block_size},
         {"kv_cache_bytes", runner->allocator(0).stats().cur(MemTag::kKv)},
         {"preemptions", st.num_preemptions}}}};
   std::fprintf(g.json ? stdout : stderr, "%s\n", summary.dump().c_str());

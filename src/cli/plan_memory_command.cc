@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "core/error.h"
 #include "engine/memory_planner.h"
 
 namespace mls::cli {
@@ -15,8 +16,9 @@ struct PlanFlags {
   std::string profile_mode = "meta";
   std::string device = "cpu";
   int tp = 1;
+  int ranks_per_device = 1;
   bool sequence_parallel = false;
-  PlanLimits limits;
+  ServingLimits limits;
   int64_t device_memory_bytes = 0;
   double utilization = 0.9;
   int64_t kv_cache_memory_bytes = 0;
@@ -30,13 +32,19 @@ void run(const PlanFlags& f) {
                       .tensor_parallel_size = f.tp,
                       .sequence_parallel = f.sequence_parallel,
                       .device = parse_device(f.device),
+                      .ranks_per_device = f.ranks_per_device,
                       .meta = mode == ProfileMode::kMeta});
   if (!runner.leader()) return runner.follow();
-  PlanBudget budget{.device_bytes = f.device_memory_bytes > 0
-                                        ? f.device_memory_bytes
-                                        : device_memory_bytes(runner.device()),
-                    .utilization = f.utilization,
-                    .kv_cache_memory_bytes = {}};
+  // A GPU planned in meta mode needs no GPU here, only its size.
+  if (f.device_memory_bytes == 0 && !runner.device().is_cpu() && mode == ProfileMode::kMeta)
+    raise<InvalidArgument>(
+        "--device {} --profile-mode meta: give --device-memory-bytes (e.g. 141GiB)", f.device);
+  PlanBudget budget{
+      .device_bytes = (f.device_memory_bytes > 0 ? f.device_memory_bytes
+                                                 : device_memory_bytes(runner.device())) /
+                      f.ranks_per_device,
+      .utilization = f.utilization,
+      .kv_cache_memory_bytes = {}};
   if (f.kv_cache_memory_bytes > 0) budget.kv_cache_memory_bytes = f.kv_cache_memory_bytes;
   const MemoryPlan plan = plan_memory(runner, f.limits, budget, mode);
   if (f.json)
@@ -56,20 +64,31 @@ void add_plan_memory_command(CLI::App& app) {
   cmd->add_option("--load-format", f->load_format, "auto | dummy");
   cmd->add_option("--profile-mode", f->profile_mode,
                   "meta (trace allocations, no compute; default) | real (run the forward)");
-  cmd->add_option("--device", f->device, "cpu (default), cuda[:N] or auto");
+  cmd->add_option("--device", f->device,
+                  "cpu (default), cuda[:N] or auto; with --profile-mode meta a GPU is planned "
+                  "without one");
   cmd->add_option("--tensor-parallel-size", f->tp, "Ranks")->check(CLI::PositiveNumber);
   cmd->add_flag("--sequence-parallel", f->sequence_parallel, "Token-shard the residual stream");
+  cmd->add_option("--ranks-per-device", f->ranks_per_device,
+                  "1, or --tensor-parallel-size: every rank on one GPU with its share of it")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-batched-tokens", f->limits.max_num_batched_tokens,
-                  "Token budget of one step (default 8192)");
-  cmd->add_option("--max-num-seqs", f->limits.max_num_seqs, "Sequences per step (default 256)");
+                  "Token budget of one step")
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", f->limits.max_num_seqs, "Sequences per step")
+      ->capture_default_str();
   cmd->add_option("--max-model-len", f->limits.max_model_len,
-                  "Longest request (default: max_position_embeddings)");
-  cmd->add_option("--block-size", f->limits.block_size, "Tokens per KV block (default 64)");
+                  "Longest request (default: max_position_embeddings, capped to the KV pool)");
+  cmd->add_option("--block-size", f->limits.block_size, "Tokens per KV block")
+      ->capture_default_str();
   cmd->add_option("--device-memory-bytes", f->device_memory_bytes,
-                  "Memory per rank (default: available host memory)");
+                  "Memory of one device, e.g. 141GiB (suffixes K, M, G, KiB, MiB, GiB; default: "
+                  "the GPU's total, or the available host memory); a rank gets 1/ranks-per-device")
+      ->transform(CLI::AsSizeValue(false));
   cmd->add_option("--gpu-memory-utilization", f->utilization, "Fraction of it to use (0.9)");
   cmd->add_option("--kv-cache-memory-bytes", f->kv_cache_memory_bytes,
-                  "KV cache bytes per rank, overriding the computed budget");
+                  "KV cache bytes per rank, overriding the computed budget (suffixes accepted)")
+      ->transform(CLI::AsSizeValue(false));
   cmd->add_flag("--json", f->json, "One JSON object");
   cmd->callback([f] { run(*f); });
 }

@@ -47,10 +47,8 @@ struct ServeFlags {
   bool sequence_parallel = false;
   double gpu_memory_utilization = 0.9;
   int64_t kv_cache_memory_bytes = 0;
-  int64_t max_model_len = 0;
-  int64_t max_num_batched_tokens = 8192;
-  int64_t max_num_seqs = 256;
-  int64_t block_size = 64;
+  ServingLimits limits;
+  int ranks_per_device = 1;
   bool enforce_eager = false;
   bool no_enable_prefix_caching = false;
   std::string load_format = "auto";
@@ -145,22 +143,28 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--sequence-parallel", f.sequence_parallel,
                 "Shard tokens across ranks between layers");
+  cmd->add_option("--ranks-per-device", f.ranks_per_device,
+                  "1 (one GPU per rank), or --tensor-parallel-size: every rank on one GPU, each "
+                  "planned with its share of the GPU's memory")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                   "Fraction of the GPU's memory to use (0.9); the memory planner applies it")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--kv-cache-memory-bytes", f.kv_cache_memory_bytes,
                   "KV cache size in bytes (suffixes K, M, G, KiB, MiB, GiB accepted)")
       ->transform(CLI::AsSizeValue(false));
-  cmd->add_option("--max-model-len", f.max_model_len,
+  cmd->add_option("--max-model-len", f.limits.max_model_len,
                   "Longest sequence (default: max_position_embeddings, capped to the KV pool)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "Token budget per step")
+  cmd->add_option("--max-num-batched-tokens", f.limits.max_num_batched_tokens,
+                  "Token budget per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--max-num-seqs", f.max_num_seqs, "Sequences per step")
+  cmd->add_option("--max-num-seqs", f.limits.max_num_seqs, "Sequences per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--block-size", f.block_size, "Tokens per KV block")
+  cmd->add_option("--block-size", f.limits.block_size, "Tokens per KV block")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_flag("--enforce-eager", f.enforce_eager, "Accepted for vLLM compatibility (no graphs)");
@@ -199,7 +203,8 @@ RunnerOptions runner_options(const ServeFlags& f, const std::string& model) {
           .load_format = parse_load_format(f.load_format),
           .tensor_parallel_size = f.tensor_parallel_size,
           .sequence_parallel = f.sequence_parallel,
-          .device = parse_device(f.device)};
+          .device = parse_device(f.device),
+          .ranks_per_device = f.ranks_per_device};
 }
 
 std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const std::string& model) {
@@ -227,24 +232,22 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const std::string& 
 // cache gets --gpu-memory-utilization of the device less what the pass measured; on the CPU it
 // is traced (meta) and the KV budget defaults to kDefaultKvBytes (host memory is shared with
 // everything else). --kv-cache-memory-bytes overrides the budget on any device.
-void allocate_kv(ModelRunner& runner, const ServeFlags& f) {
-  const PlanLimits limits{.max_num_batched_tokens = f.max_num_batched_tokens,
-                          .max_num_seqs = f.max_num_seqs,
-                          .max_model_len = f.max_model_len,
-                          .block_size = f.block_size};
+MemoryPlan allocate_kv(ModelRunner& runner, const ServeFlags& f) {
   const bool cpu = runner.device().is_cpu();
-  PlanBudget budget{.device_bytes = device_memory_bytes(runner.device()),
-                    .utilization = f.gpu_memory_utilization,
-                    .kv_cache_memory_bytes = {}};
+  PlanBudget budget{
+      .device_bytes = device_memory_bytes(runner.device()) / runner.ranks_per_device(),
+      .utilization = f.gpu_memory_utilization,
+      .kv_cache_memory_bytes = {}};
   if (f.kv_cache_memory_bytes > 0)
     budget.kv_cache_memory_bytes = f.kv_cache_memory_bytes;
   else if (cpu)
     budget.kv_cache_memory_bytes = kDefaultKvBytes;
   const MemoryPlan plan =
-      plan_memory(runner, limits, budget, cpu ? ProfileMode::kMeta : ProfileMode::kReal);
+      plan_memory(runner, f.limits, budget, cpu ? ProfileMode::kMeta : ProfileMode::kReal);
   std::istringstream lines(plan.report());
   for (std::string line; std::getline(lines, line);) MLS_LOG_INFO("{}", line);
   apply_plan(runner, plan);
+  return plan;
 }
 
 std::optional<chat::ChatTemplate> load_chat_template(const ServeFlags& f,
@@ -332,13 +335,10 @@ void run_serve(ServeFlags f) {
                server::version(), http.url(port));
 
   std::unique_ptr<ModelRunner> runner = load_model(f, model);
-  allocate_kv(*runner, f);
-  Engine engine(*runner, {.max_num_batched_tokens = f.max_num_batched_tokens,
-                          .max_num_seqs = f.max_num_seqs,
-                          .max_model_len = f.max_model_len,
-                          .enable_prefix_caching = !f.no_enable_prefix_caching});
-  MLS_LOG_INFO("max_model_len {}, max_num_seqs {}, max_num_batched_tokens {}",
-               engine.config().max_model_len, f.max_num_seqs, f.max_num_batched_tokens);
+  const MemoryPlan plan = allocate_kv(*runner, f);
+  Engine engine(*runner,
+                {.limits = plan.limits, .enable_prefix_caching = !f.no_enable_prefix_caching});
+  MLS_LOG_INFO("serving limits: {}", engine.config().limits.str());
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(model);
   const std::optional<chat::ChatTemplate> tmpl = load_chat_template(f, model);
 

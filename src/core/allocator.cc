@@ -26,6 +26,9 @@ std::string_view mem_tag_name(MemTag t) {
 void Allocator::account(MemTag tag, int64_t delta) {
   const int i = static_cast<int>(tag);
   std::lock_guard lock(mu_);
+  if (delta > 0 && fail_countdown_ > 0 && --fail_countdown_ == 0)
+    throw OutOfMemory(fmt::format("{}: injected failure allocating {} bytes of {}", device().str(),
+                                  delta, mem_tag_name(tag)));
   if (delta > 0 && limit_ >= 0 && stats_.current_total + delta > limit_) {
     throw OutOfMemory(
         fmt::format("{}: allocating {} bytes of {} would exceed the limit of {} "
@@ -63,6 +66,11 @@ MemStats Allocator::stats() const {
   return stats_;
 }
 
+void Allocator::fail_nth_allocation(int64_t n) {
+  std::lock_guard lock(mu_);
+  fail_countdown_ = n;
+}
+
 void Allocator::reset_peaks() {
   std::lock_guard lock(mu_);
   stats_.peak = stats_.current;
@@ -78,6 +86,10 @@ void* CpuAllocator::raw_allocate(size_t bytes) {
 
 void CpuAllocator::raw_deallocate(void* p) {
   std::free(p);
+}
+
+void* MetaAllocator::raw_allocate(size_t bytes) {
+  raise<InternalError>("{}: a meta allocator cannot back {} bytes", device_.str(), bytes);
 }
 
 Allocator& default_allocator() {

@@ -43,6 +43,9 @@ class Allocator {
   // planner can trace a full-size forward without the memory (kernels skip compute meanwhile).
   void set_meta(bool on) { meta_ = on; }
   bool meta() const { return meta_; }
+  // Fault injection for tests: the n-th allocation from now (n >= 1) throws OutOfMemory, as a
+  // device that ran out would; 0 disarms it.
+  void fail_nth_allocation(int64_t n);
   virtual Device device() const = 0;
 
  protected:
@@ -55,6 +58,7 @@ class Allocator {
   mutable std::mutex mu_;
   MemStats stats_;
   int64_t limit_ = -1;
+  int64_t fail_countdown_ = 0;
   std::atomic<bool> meta_ = false;
 };
 
@@ -65,6 +69,21 @@ class CpuAllocator final : public Allocator {
  protected:
   void* raw_allocate(size_t bytes) override;
   void raw_deallocate(void* p) override;
+};
+
+// Sizes only, for any device kind: every allocation is counted and gets no memory, so a device
+// this machine lacks (a GPU on a laptop) can be planned without its runtime.
+class MetaAllocator final : public Allocator {
+ public:
+  explicit MetaAllocator(Device device) : device_(device) { set_meta(true); }
+  Device device() const override { return device_; }
+
+ protected:
+  void* raw_allocate(size_t bytes) override;
+  void raw_deallocate(void*) override {}
+
+ private:
+  Device device_;
 };
 
 // One allocator per rank; rank 0's doubles as the process default for tools and tests.

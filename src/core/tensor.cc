@@ -100,6 +100,10 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device) 
   return t;
 }
 
+Allocator* Tensor::allocator() const {
+  return buf_ ? buf_->alloc : nullptr;
+}
+
 bool Tensor::is_contiguous() const {
   const auto want = contiguous_strides(shape_);
   for (int i = 0; i < ndim(); ++i)

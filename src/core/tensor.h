@@ -58,6 +58,8 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   bool is_contiguous() const;
+  // The allocator of the owned buffer this tensor (or view) uses; null for wrapped memory.
+  Allocator* allocator() const;
 
   void* raw() const { return data_; }
   template <class T>

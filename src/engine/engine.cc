@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace mls {
 
@@ -43,26 +44,29 @@ struct RequestState {
 
 namespace {
 
-int64_t resolve_max_model_len(const ModelRunner& runner, int64_t requested) {
+EngineConfig resolved(const ModelRunner& runner, EngineConfig cfg) {
   if (runner.num_blocks() == 0)
     raise<InvalidArgument>("the engine needs the runner's KV cache allocated first");
+  if (const std::optional<ServingLimits>& planned = runner.planned_limits()) {
+    if (cfg.limits != *planned)
+      raise<InvalidArgument>(
+          "the engine's limits ({}) are not those the memory plan was made for ({})",
+          cfg.limits.str(), planned->str());
+    return cfg;
+  }
+  ServingLimits& l = cfg.limits;
+  l.block_size = runner.block_size();
+  const bool set = l.max_model_len > 0;
+  l = resolve_serving_limits(l, runner.config());
   const int64_t capacity = runner.num_blocks() * runner.block_size();
-  const int64_t mpe = runner.config().max_position_embeddings;
-  if (requested == 0) return std::min(mpe, capacity);
-  if (requested < 0) raise<InvalidArgument>("max_model_len must be >= 1 (got {})", requested);
-  if (requested > mpe)
-    raise<InvalidArgument>("max_model_len {} exceeds the model's max_position_embeddings {}",
-                           requested, mpe);
-  if (requested > capacity)
-    raise<InvalidArgument>(
-        "max_model_len {} does not fit the KV pool of {} blocks of {} tokens; the largest "
-        "max_model_len that fits is {}",
-        requested, runner.num_blocks(), runner.block_size(), capacity);
-  return requested;
-}
-
-EngineConfig resolved(const ModelRunner& runner, EngineConfig cfg) {
-  cfg.max_model_len = resolve_max_model_len(runner, cfg.max_model_len);
+  if (l.max_model_len > capacity) {
+    if (set)
+      raise<InvalidArgument>(
+          "max_model_len {} does not fit the KV pool of {} blocks of {} tokens; the largest "
+          "max_model_len that fits is {}",
+          l.max_model_len, runner.num_blocks(), runner.block_size(), capacity);
+    l.max_model_len = capacity;
+  }
   // A cached block's KV is valid for any continuation only if no DSA row's selection depends on
   // the keys after it, which the torch reference's tie order does not promise.
   if (cfg.enable_prefix_caching && runner.config().has_indexer &&
@@ -80,7 +84,7 @@ Engine::Engine(ModelRunner& runner, const EngineConfig& cfg)
       cfg_(resolved(runner, cfg)),
       vocab_(runner.config().vocab_size),
       blocks_(runner.num_blocks(), runner.block_size(), cfg.enable_prefix_caching),
-      scheduler_({cfg.max_num_batched_tokens, cfg.max_num_seqs}, blocks_),
+      scheduler_({cfg_.limits.max_num_batched_tokens, cfg_.limits.max_num_seqs}, blocks_),
       sampler_(runner.config().vocab_size) {}
 
 Engine::~Engine() = default;
@@ -94,7 +98,7 @@ void Engine::add_request(Request req) {
     if (id < 0 || id >= vocab_)
       raise<InvalidArgument>("prompt_ids: {} is outside the vocabulary of {}", id, vocab_);
   p.validate(vocab_);
-  const int64_t mml = cfg_.max_model_len;
+  const int64_t mml = cfg_.limits.max_model_len;
   if (prompt_len >= mml)
     raise<InvalidArgument>(
         "the prompt has {} tokens, which leaves no room to generate under max_model_len {}",
@@ -102,8 +106,8 @@ void Engine::add_request(Request req) {
   if (p.max_tokens > 0 && prompt_len + p.max_tokens > mml)
     raise<InvalidArgument>("prompt_ids ({} tokens) + max_tokens ({}) = {} exceeds max_model_len {}",
                            prompt_len, p.max_tokens, prompt_len + p.max_tokens, mml);
-  if (p.n > cfg_.max_num_seqs)
-    raise<InvalidArgument>("n ({}) exceeds max_num_seqs ({})", p.n, cfg_.max_num_seqs);
+  if (p.n > cfg_.limits.max_num_seqs)
+    raise<InvalidArgument>("n ({}) exceeds max_num_seqs ({})", p.n, cfg_.limits.max_num_seqs);
 
   auto rs = std::make_unique<RequestState>();
   rs->max_tokens = p.max_tokens > 0 ? p.max_tokens : mml - prompt_len;
@@ -206,24 +210,37 @@ bool Engine::step() {
         sample_rows_.push_back(rows - 1);
       }
     }
-    if (can_sample_on_device()) {
-      rows_.clear();
-      for (Sequence* seq : sampled_)
-        rows_.push_back(Sampler::row_sampling(sample_input(*seq, seq->sample_index)));
-      const SampledRows drawn = runner_.forward_sample(batch_, rows_);
-      scheduler_.commit();
-      for (size_t r = 0; r < sampled_.size(); ++r) emit(*sampled_[r], drawn.ids[r], nullptr);
-    } else {
-      const Tensor logits = runner_.forward(batch_);
-      if (scores_prompt_) score_prompts(chunks, logits.data<float>());
-      scheduler_.commit();
-      for (size_t r = 0; r < sampled_.size(); ++r)
-        sample_row(*sampled_[r], logits.data<float>() + sample_rows_[r] * vocab_);
+    try {
+      if (can_sample_on_device()) {
+        rows_.clear();
+        for (Sequence* seq : sampled_)
+          rows_.push_back(Sampler::row_sampling(sample_input(*seq, seq->sample_index)));
+        const SampledRows drawn = runner_.forward_sample(batch_, rows_);
+        scheduler_.commit();
+        for (size_t r = 0; r < sampled_.size(); ++r) emit(*sampled_[r], drawn.ids[r], nullptr);
+      } else {
+        const Tensor logits = runner_.forward(batch_);
+        if (scores_prompt_) score_prompts(chunks, logits.data<float>());
+        scheduler_.commit();
+        for (size_t r = 0; r < sampled_.size(); ++r)
+          sample_row(*sampled_[r], logits.data<float>() + sample_rows_[r] * vocab_);
+      }
+    } catch (const std::exception& e) {
+      fail_step(chunks, e.what());
     }
     retire_finished();
   }
   publish_stats();
   return has_work();
+}
+
+void Engine::fail_step(const std::vector<ScheduledChunk>& chunks, const std::string& what) {
+  MLS_LOG_ERROR("a step of {} sequences failed; their requests end with an error: {}",
+                chunks.size(), what);
+  const std::string error = "the engine step serving this request failed: " + what;
+  for (const ScheduledChunk& c : chunks)
+    for (auto& seq : c.seq->request->seqs)
+      if (!seq->finished()) finish(*seq, FinishReason::kAbort, true, &error);
 }
 
 // The one place that chooses where a step samples. The device path returns only each row's
@@ -357,7 +374,7 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
     finish(seq, FinishReason::kStop, true);
 }
 
-void Engine::finish(Sequence& seq, FinishReason reason, bool notify) {
+void Engine::finish(Sequence& seq, FinishReason reason, bool notify, const std::string* error) {
   RequestState& rs = *seq.request;
   seq.finish = reason;
   finished_.push_back(&seq);
@@ -367,6 +384,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, bool notify) {
   ev.request_id = &rs.req.id;
   ev.sample_index = seq.sample_index;
   ev.finish = reason;
+  ev.error = error;
   ev.usage = {seq.prompt_len, rs.completion_tokens};
   ev.timings = rs.timings;
   rs.req.on_token(ev);

@@ -19,13 +19,15 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/serving_limits.h"
 
 namespace mls {
 
 struct EngineConfig {
-  int64_t max_num_batched_tokens = 8192;
-  int64_t max_num_seqs = 256;
-  int64_t max_model_len = 0;  // 0: max_position_embeddings, capped to what the KV pool holds
+  // Over a planned runner exactly the plan's limits (MemoryPlan::limits); otherwise (tests,
+  // tools) block_size is the runner's and an unset max_model_len is max_position_embeddings
+  // capped to what the KV pool holds.
+  ServingLimits limits;
   bool enable_prefix_caching = true;
   // Draw tokens where the logits are when every row of a step allows it (Engine::step says
   // when); otherwise, or when false, the logits come to the host's Sampler.
@@ -55,7 +57,7 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // The configuration with max_model_len resolved.
+  // The configuration with the limits resolved.
   const EngineConfig& config() const { return cfg_; }
 
   // Validates the request (InvalidArgument naming the field) and queues it. Any thread.
@@ -64,7 +66,8 @@ class Engine {
   // unknown or finished ids are ignored. Any thread.
   void abort_request(const std::string& id);
 
-  // One scheduling step, forward and sampling; returns has_work(). Loop thread.
+  // One scheduling step, forward and sampling; returns has_work(). A failure inside the step
+  // fails that step's requests only (fail_step). Loop thread.
   bool step();
   bool has_work() const;
   EngineStats stats() const;  // any thread
@@ -81,7 +84,10 @@ class Engine {
   void sample_row(Sequence& seq, const float* logits);
   void fork(Sequence& parent, std::span<const int32_t> first_tokens);
   void emit(Sequence& seq, int32_t token, const Logprobs* lp);
-  void finish(Sequence& seq, FinishReason reason, bool notify);
+  void finish(Sequence& seq, FinishReason reason, bool notify, const std::string* error = nullptr);
+  // An error inside one step (out of memory, a kernel failure) ends the requests of that step
+  // with the error; the engine and every other request go on.
+  void fail_step(const std::vector<ScheduledChunk>& chunks, const std::string& what);
   void retire_finished();
   void publish_stats();
 

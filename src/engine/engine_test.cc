@@ -174,13 +174,13 @@ TEST_P(EngineFixture, BlockSizeChunkSizeAndPreemptionInvariance) {
   }
   for (int64_t budget : {7, 64, 8192}) {
     EngineConfig cfg;
-    cfg.max_num_batched_tokens = budget;
+    cfg.limits.max_num_batched_tokens = budget;
     EXPECT_EQ(first_samples(run(r, jobs, {}, cfg)), want) << "token budget " << budget;
   }
   // 15 blocks of 16 hold any one request (≤ 240 tokens) but not the batch.
   EngineStats st;
   EngineConfig cfg;
-  cfg.max_num_batched_tokens = 64;
+  cfg.limits.max_num_batched_tokens = 64;
   EXPECT_EQ(first_samples(run(r, jobs, {16, 15}, cfg, &st)), want);
   EXPECT_GT(st.num_preemptions, 0);
 }
@@ -215,7 +215,7 @@ TEST_P(EngineFixture, DeviceSamplingDrawsWhatTheHostSamplerDraws) {
   const auto on_host = first_samples(run(r, jobs, {}, host));
   EXPECT_EQ(first_samples(run(r, jobs)), on_host);
   EngineConfig chunked;
-  chunked.max_num_batched_tokens = 48;
+  chunked.limits.max_num_batched_tokens = 48;
   EXPECT_EQ(first_samples(run(r, jobs, {}, chunked)), on_host);
 
   SamplingParams needs_host = with(0.9, 0, 0.95, 0.0, 6);
@@ -403,7 +403,7 @@ TEST(Engine, SeededSamplingIsReproducibleAndBatchInvariant) {
   auto jobs = mixed_jobs("tiny-dsv32", 6);
   jobs.insert(jobs.begin() + 3, seeded);
   EngineConfig cfg;
-  cfg.max_num_batched_tokens = 32;
+  cfg.limits.max_num_batched_tokens = 32;
   EXPECT_EQ(run(r, jobs, {}, cfg)[3].tokens[0], alone);
   p.seed = 6;
   EXPECT_NE(run(r, {{seeded.prompt, p}})[0].tokens[0], alone);
@@ -504,7 +504,7 @@ TEST(Engine, RejectsRequestsPastMaxModelLen) {
   ModelRunner& r = runner("tiny-dsv3");
   r.allocate_kv_cache(32, 16);
   EngineConfig cfg;
-  cfg.max_model_len = 256;
+  cfg.limits.max_model_len = 256;
   Engine engine(r, cfg);
   std::mt19937 rng(5);
   try {
@@ -517,7 +517,7 @@ TEST(Engine, RejectsRequestsPastMaxModelLen) {
     EXPECT_NE(std::string(e.what()).find("250"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
   }
-  cfg.max_model_len = 1000;
+  cfg.limits.max_model_len = 1000;
   EXPECT_THROW(Engine(r, cfg), InvalidArgument);  // 32 blocks of 16 hold 512 tokens
   SamplingParams bad;
   bad.top_p = 0;
@@ -525,6 +525,52 @@ TEST(Engine, RejectsRequestsPastMaxModelLen) {
       engine.add_request({.id = "p", .prompt_ids = {5}, .params = bad, .on_token = nullptr}),
       InvalidArgument);
   EXPECT_FALSE(engine.has_work());
+}
+
+// An allocation failure inside a step (the allocator's fault hook, as a device out of memory
+// would) ends that step's requests with the error and nothing else: requests queued after it,
+// and the same prompt again, are served with the tokens of an unfaulted run.
+TEST(Engine, AFailedStepFailsItsRequestsAndTheEngineGoesOn) {
+  ModelRunner& r = runner("tiny-glm5");
+  const auto jobs = mixed_jobs("tiny-glm5", 3);
+  const auto want = first_samples(run(r, jobs));
+  r.allocate_kv_cache(512, 16);
+  Engine engine(r, {});
+  std::vector<std::vector<int32_t>> got(jobs.size());
+  std::vector<std::string> errors(jobs.size());
+  std::vector<FinishReason> finish(jobs.size(), FinishReason::kNone);
+  const auto add = [&](size_t i) {
+    engine.add_request({.id = std::to_string(i),
+                        .prompt_ids = jobs[i].prompt,
+                        .params = jobs[i].params,
+                        .on_token = [&, i](const TokenEvent& ev) {
+                          if (ev.token_id >= 0) got[i].push_back(ev.token_id);
+                          if (ev.error) errors[i] = *ev.error;
+                          finish[i] = ev.finish;
+                          return Verdict::kContinue;
+                        }});
+  };
+  add(0);
+  add(1);
+  r.allocator(0).fail_nth_allocation(5);  // inside the first step's forward
+  engine.step();
+  for (size_t i : {0, 1}) {
+    EXPECT_EQ(finish[i], FinishReason::kAbort) << i;
+    EXPECT_TRUE(got[i].empty()) << i;
+    EXPECT_NE(errors[i].find("injected failure"), std::string::npos) << errors[i];
+  }
+  EXPECT_FALSE(engine.has_work());
+  EXPECT_EQ(engine.block_manager().usage(), 0.0);  // the failed step's blocks are free again
+  errors.assign(jobs.size(), "");
+  got.assign(jobs.size(), {});
+  for (size_t i = 0; i < jobs.size(); ++i) add(i);
+  while (engine.step()) {
+  }
+  EXPECT_EQ(got, want);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    EXPECT_TRUE(errors[i].empty()) << errors[i];
+    EXPECT_NE(finish[i], FinishReason::kAbort);
+  }
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "model/kv_cache.h"
-#include "model/memory_footprint.h"
 #include "ops/linear.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
@@ -19,8 +19,8 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Allocator slack and heap fragmentation the ledgers cannot see: 1% of the device, at least
-// 64 MiB.
+// Allocator slack and heap fragmentation the tracked allocator cannot see: 1% of the device, at
+// least 64 MiB.
 int64_t safety_margin(int64_t device_bytes) {
   return std::max<int64_t>(int64_t{64} << 20, device_bytes / 100);
 }
@@ -33,47 +33,98 @@ ProfileMode parse_profile_mode(const std::string& s) {
   raise<InvalidArgument>("unknown --profile-mode '{}': expected real or meta", s);
 }
 
-ForwardBatch profiling_batch(int64_t tokens, int64_t seqs, int64_t block_size) {
-  ForwardBatch b;
-  b.token_ids.assign(tokens, 0);
-  int32_t next_block = 0;
-  for (int64_t s = 0; s < seqs; ++s) {
-    const int64_t n = tokens / seqs + (s < tokens % seqs ? 1 : 0);
-    SequenceChunk sc{.num_new = n, .block_table = {}, .prompt_len = n};
-    for (int64_t i = 0; i < (n + block_size - 1) / block_size; ++i)
-      sc.block_table.push_back(next_block++);
-    b.seqs.push_back(std::move(sc));
-  }
-  return b;
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
 }
 
-MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const PlanBudget& budget,
-                       ProfileMode mode) {
+// Block ids for a context of `len` tokens, cycling through the profile's `cache_blocks`.
+std::vector<int32_t> cycled_table(int64_t len, int64_t block_size, int64_t cache_blocks,
+                                  int32_t first) {
+  std::vector<int32_t> t(ceil_div(len, block_size));
+  for (size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<int32_t>((first + static_cast<int64_t>(i)) % cache_blocks);
+  return t;
+}
+
+}  // namespace
+
+int64_t prefill_blocks(const ServingLimits& l) {
+  const int64_t seqs = std::min(l.max_num_seqs, l.max_num_batched_tokens);
+  int64_t blocks = 0;
+  for (int64_t s = 0; s < seqs; ++s)
+    blocks += ceil_div(l.max_num_batched_tokens / seqs + (s < l.max_num_batched_tokens % seqs),
+                       l.block_size);
+  return blocks;
+}
+
+std::vector<ProfileStep> worst_case_steps(const ServingLimits& l, int64_t cache_blocks) {
+  const int64_t tokens = l.max_num_batched_tokens, mml = l.max_model_len, bs = l.block_size;
+  const int64_t seqs = std::min(l.max_num_seqs, tokens);
+  std::vector<ProfileStep> steps;
+  ForwardBatch prefill;
+  prefill.token_ids.assign(tokens, 0);
+  int32_t next = 0;
+  for (int64_t s = 0; s < seqs; ++s) {
+    const int64_t n = tokens / seqs + (s < tokens % seqs ? 1 : 0);
+    prefill.seqs.push_back(
+        {.num_new = n, .block_table = cycled_table(n, bs, cache_blocks, next), .prompt_len = n});
+    next += static_cast<int32_t>(ceil_div(n, bs));
+  }
+  steps.push_back({"prefill", std::move(prefill)});
+  // A decode continues a sequence of max_model_len − 1 tokens (its last position).
+  const auto decode = [&](int64_t num_cached, int64_t num_new, int64_t prompt_len) {
+    return SequenceChunk{.num_cached = num_cached,
+                         .num_new = num_new,
+                         .block_table = cycled_table(num_cached + num_new, bs, cache_blocks, 0),
+                         .prompt_len = prompt_len};
+  };
+  ForwardBatch decodes;
+  decodes.token_ids.assign(seqs, 0);
+  for (int64_t s = 0; s < seqs; ++s) decodes.seqs.push_back(decode(mml - 1, 1, 1));
+  steps.push_back({"decode", std::move(decodes)});
+  ForwardBatch chunk;
+  const int64_t first = std::min(tokens - (seqs - 1), mml);
+  chunk.token_ids.assign(first + seqs - 1, 0);
+  chunk.seqs.push_back(decode(mml - first, first, mml));
+  for (int64_t s = 1; s < seqs; ++s) chunk.seqs.push_back(decode(mml - 1, 1, 1));
+  steps.push_back({"long chunk", std::move(chunk)});
+  return steps;
+}
+
+MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
+                       const PlanBudget& budget, ProfileMode mode) {
   const io::ModelConfig& c = runner.config();
-  if (limits.max_num_batched_tokens < 1 || limits.max_num_seqs < 1 || limits.block_size < 1)
-    raise<InvalidArgument>("max_num_batched_tokens, max_num_seqs and block_size must be >= 1");
+  const ServingLimits limits = resolve_serving_limits(requested, c);
   if (budget.utilization <= 0 || budget.utilization > 1)
     raise<InvalidArgument>("--gpu-memory-utilization must be in (0, 1], got {}",
                            budget.utilization);
   MemoryPlan plan;
-  plan.block_size = limits.block_size;
-  plan.max_model_len = limits.max_model_len > 0 ? limits.max_model_len : c.max_position_embeddings;
-  plan.profile_tokens = limits.max_num_batched_tokens;
-  plan.profile_seqs = std::min(limits.max_num_seqs, limits.max_num_batched_tokens);
-  const ForwardBatch batch =
-      profiling_batch(plan.profile_tokens, plan.profile_seqs, limits.block_size);
-  const int64_t profile_blocks = static_cast<int64_t>(batch.seqs.back().block_table.back()) + 1;
+  plan.limits = limits;
 
-  // The profiling forward: the same path as serving, with a cache just big enough for it.
+  // The profile: every worst-case step through the serving path, over a cache just big enough
+  // for the fresh step (longer contexts cycle through its blocks).
   const int tp = runner.tp_size();
   const bool meta = mode == ProfileMode::kMeta;
   const bool traced_runner = runner.allocator(0).meta();  // a runner built with meta weights
   if (traced_runner && !meta) raise<InvalidArgument>("a meta runner can only profile in meta mode");
   runner.set_meta(meta);
-  runner.allocate_kv_cache(profile_blocks, limits.block_size);
-  runner.reset_peaks();
-  runner.forward(batch);
+  const int64_t cache_blocks = prefill_blocks(limits);
+  runner.allocate_kv_cache(cache_blocks, limits.block_size);
+  std::vector<std::vector<int64_t>> peaks(tp);
+  for (const ProfileStep& step : worst_case_steps(limits, cache_blocks)) {
+    // The device-sampling path: the forward, then the draw on rank 0's device.
+    const std::vector<ops::RowSampling> rows(step.batch.num_logit_rows());
+    runner.reset_peaks();
+    runner.forward_sample(step.batch, rows);
+    // The step's high-water mark over what stays allocated after it (weights, the cache, and
+    // the GEMM workspace a real run takes at its first GEMM).
+    const std::vector<MemStats> after = runner.memory_stats();
+    for (int r = 0; r < tp; ++r) peaks[r].push_back(after[r].peak_total - after[r].current_total);
+  }
   const std::vector<MemStats> stats = runner.memory_stats();
+  const bool gpu = !runner.device().is_cpu();
   const std::vector<int64_t> untracked = runner.untracked_device_bytes();
   runner.release_kv_cache();
   runner.set_meta(traced_runner);
@@ -81,57 +132,67 @@ MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const Plan
   plan.safety_margin_bytes = safety_margin(budget.device_bytes);
   plan.num_blocks = INT64_MAX;
   for (int r = 0; r < tp; ++r) {
-    const ParallelContext pc{tp, r, nullptr, runner.sequence_parallel()};
-    const ForwardFootprint fp = predict_forward_footprint(c, pc, batch, runner.device());
     RankPlan rp;
     rp.weights_bytes = stats[r].cur(MemTag::kWeights);
-    rp.predicted_weights_bytes = predict_weight_bytes(c, pc, runner.device());
-    rp.profiled_activation_bytes = stats[r].pk(MemTag::kActivation);
-    rp.predicted_activation_bytes = fp.activation_peak;
-    rp.workspace_bytes =
-        std::max(stats[r].pk(MemTag::kComm), fp.comm_peak) +
-        std::max(stats[r].pk(MemTag::kWorkspace), ops::linear_workspace_bytes(runner.device())) +
-        untracked[r] +
-        predict_context_bytes(c, pc, limits.max_num_batched_tokens, limits.max_num_seqs,
-                              plan.max_model_len, limits.block_size, runner.device());
+    rp.prefill_peak_bytes = peaks[r][0];
+    rp.decode_peak_bytes = peaks[r][1];
+    rp.long_chunk_peak_bytes = peaks[r][2];
+    rp.step_peak_bytes = *std::max_element(peaks[r].begin(), peaks[r].end());
+    rp.gemm_workspace_bytes = ops::linear_workspace_bytes(runner.device());
+    rp.untracked_bytes = gpu && traced_runner ? kCudaContextAllowanceBytes : untracked[r];
     rp.kv_bytes_per_token = KvCache::bytes_per_token(c, activation_dtype(runner.device()));
     rp.kv_budget_bytes =
         budget.kv_cache_memory_bytes
             ? *budget.kv_cache_memory_bytes
             : static_cast<int64_t>(static_cast<double>(budget.device_bytes) * budget.utilization) -
-                  std::max(rp.weights_bytes, rp.predicted_weights_bytes) -
-                  rp.profiled_activation_bytes - rp.workspace_bytes - plan.safety_margin_bytes;
+                  rp.weights_bytes - rp.step_peak_bytes - rp.gemm_workspace_bytes -
+                  rp.untracked_bytes - plan.safety_margin_bytes;
     rp.num_blocks =
         std::max<int64_t>(0, rp.kv_budget_bytes / (rp.kv_bytes_per_token * limits.block_size));
     plan.num_blocks = std::min(plan.num_blocks, rp.num_blocks);
     plan.ranks.push_back(rp);
   }
   plan.kv_tokens = plan.num_blocks * limits.block_size;
-  plan.max_concurrency =
-      static_cast<double>(plan.kv_tokens) / static_cast<double>(plan.max_model_len);
-  if (plan.kv_tokens < plan.max_model_len) {
+
+  // The one max_model_len rule.
+  if (plan.kv_tokens < plan.limits.max_model_len) {
     const RankPlan& r0 = plan.ranks[0];
-    raise<InvalidArgument>(
-        "the KV cache holds {} tokens ({} blocks of {}), fewer than one max_model_len request of "
-        "{} tokens; the largest max_model_len that fits is {}. (Per rank: budget {:.2f} GiB = "
-        "{:.0f}% of {:.2f} GiB − weights {:.2f} GiB − peak activation {:.2f} GiB − workspace "
-        "{:.2f} GiB − margin {:.2f} GiB.) Raise --gpu-memory-utilization or the device memory, "
-        "add tensor-parallel ranks, or lower --max-model-len / --max-num-batched-tokens.",
-        plan.kv_tokens, plan.num_blocks, limits.block_size, plan.max_model_len, plan.kv_tokens,
+    const std::string budget_line = fmt::format(
+        "(Per rank: budget {:.2f} GiB = {:.0f}% of {:.2f} GiB − weights {:.2f} GiB − peak step "
+        "{:.2f} GiB − GEMM workspace {:.2f} GiB − untracked {:.2f} GiB − margin {:.2f} GiB.)",
         r0.kv_budget_bytes / kGiB, budget.utilization * 100, budget.device_bytes / kGiB,
-        r0.weights_bytes / kGiB, r0.profiled_activation_bytes / kGiB, r0.workspace_bytes / kGiB,
-        plan.safety_margin_bytes / kGiB);
+        r0.weights_bytes / kGiB, r0.step_peak_bytes / kGiB, r0.gemm_workspace_bytes / kGiB,
+        r0.untracked_bytes / kGiB, plan.safety_margin_bytes / kGiB);
+    if (requested.max_model_len > 0 || plan.kv_tokens == 0)
+      raise<InvalidArgument>(
+          "the KV cache holds {} tokens ({} blocks of {}), fewer than one max_model_len request "
+          "of {} tokens; the largest max_model_len that fits is {}. {} Raise "
+          "--gpu-memory-utilization or the device memory, add tensor-parallel ranks, or lower "
+          "--max-model-len / --max-num-batched-tokens.",
+          plan.kv_tokens, plan.num_blocks, limits.block_size, plan.limits.max_model_len,
+          plan.kv_tokens, budget_line);
+    MLS_LOG_WARN(
+        "max_model_len capped from the model's {} to {} tokens, what the KV cache holds {}; set "
+        "--max-model-len to choose",
+        plan.limits.max_model_len, plan.kv_tokens, budget_line);
+    plan.limits.max_model_len = plan.kv_tokens;
+    plan.max_model_len_capped = true;
   }
+  plan.max_concurrency =
+      static_cast<double>(plan.kv_tokens) / static_cast<double>(plan.limits.max_model_len);
   return plan;
 }
 
 void apply_plan(ModelRunner& runner, const MemoryPlan& plan) {
-  runner.allocate_kv_cache(plan.num_blocks, plan.block_size);
+  runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
+  runner.set_planned_limits(plan.limits);
   const std::vector<MemStats> stats = runner.memory_stats();
   std::vector<int64_t> limits;
   for (int r = 0; r < runner.tp_size(); ++r) {
     const RankPlan& p = plan.ranks[r];
-    limits.push_back(stats[r].current_total + p.profiled_activation_bytes + p.workspace_bytes);
+    // A real GPU profile left the GEMM workspace allocated: it is counted once.
+    limits.push_back(stats[r].current_total - stats[r].cur(MemTag::kWorkspace) +
+                     p.gemm_workspace_bytes + p.step_peak_bytes);
   }
   runner.set_memory_limits(limits);
 }
@@ -140,41 +201,45 @@ nlohmann::json MemoryPlan::to_json() const {
   nlohmann::json rs = nlohmann::json::array();
   for (const RankPlan& r : ranks)
     rs.push_back({{"weights_bytes", r.weights_bytes},
-                  {"predicted_weights_bytes", r.predicted_weights_bytes},
-                  {"profiled_activation_bytes", r.profiled_activation_bytes},
-                  {"predicted_activation_bytes", r.predicted_activation_bytes},
-                  {"workspace_bytes", r.workspace_bytes},
+                  {"prefill_peak_bytes", r.prefill_peak_bytes},
+                  {"decode_peak_bytes", r.decode_peak_bytes},
+                  {"long_chunk_peak_bytes", r.long_chunk_peak_bytes},
+                  {"step_peak_bytes", r.step_peak_bytes},
+                  {"gemm_workspace_bytes", r.gemm_workspace_bytes},
+                  {"untracked_bytes", r.untracked_bytes},
                   {"kv_bytes_per_token", r.kv_bytes_per_token},
                   {"kv_budget_bytes", r.kv_budget_bytes},
                   {"num_blocks", r.num_blocks}});
   return {{"num_blocks", num_blocks},
           {"kv_tokens", kv_tokens},
           {"max_concurrency", max_concurrency},
-          {"block_size", block_size},
-          {"max_model_len", max_model_len},
+          {"block_size", limits.block_size},
+          {"max_model_len", limits.max_model_len},
+          {"max_model_len_capped", max_model_len_capped},
+          {"max_num_batched_tokens", limits.max_num_batched_tokens},
+          {"max_num_seqs", limits.max_num_seqs},
           {"safety_margin_bytes", safety_margin_bytes},
-          {"profile_tokens", profile_tokens},
-          {"profile_seqs", profile_seqs},
           {"ranks", rs}};
 }
 
 std::string MemoryPlan::report() const {
-  std::string out;
+  std::string out = fmt::format("limits: {}\n", limits.str());
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankPlan& p = ranks[r];
     out += fmt::format(
-        "rank {}: weights {:.3f} GiB, peak activation {:.3f} GiB profiled / {:.3f} GiB "
-        "predicted, workspace {:.3f} GiB, KV {} bytes/token (MLA latent replicated on every "
-        "rank)\n",
-        r, p.weights_bytes / kGiB, p.profiled_activation_bytes / kGiB,
-        p.predicted_activation_bytes / kGiB, p.workspace_bytes / kGiB, p.kv_bytes_per_token);
+        "rank {}: weights {:.3f} GiB, peak step {:.3f} GiB (prefill {:.3f}, decode {:.3f}, long "
+        "chunk {:.3f}), GEMM workspace {:.3f} GiB, untracked {:.3f} GiB, KV {} bytes/token (MLA "
+        "latent replicated on every rank)\n",
+        r, p.weights_bytes / kGiB, p.step_peak_bytes / kGiB, p.prefill_peak_bytes / kGiB,
+        p.decode_peak_bytes / kGiB, p.long_chunk_peak_bytes / kGiB, p.gemm_workspace_bytes / kGiB,
+        p.untracked_bytes / kGiB, p.kv_bytes_per_token);
   }
   const RankPlan& r0 = ranks[0];
   out += fmt::format("Available KV cache memory: {:.2f} GiB\n", r0.kv_budget_bytes / kGiB);
   out += fmt::format("KV cache size: {} tokens ({} blocks of {})\n", kv_tokens, num_blocks,
-                     block_size);
-  out += fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x\n", max_model_len,
-                     max_concurrency);
+                     limits.block_size);
+  out += fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x\n",
+                     limits.max_model_len, max_concurrency);
   return out;
 }
 

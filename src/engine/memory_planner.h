@@ -1,8 +1,8 @@
-// Start-up memory planning (DESIGN.md "Memory and KV cache"): one profiling forward at the
-// worst-case step — max_num_batched_tokens spread over min(max_num_seqs, tokens) fresh
-// sequences, through the same code path, padding and token layouts as serving — records each
-// rank's allocator high-water mark; the analytic twin (model/memory_footprint.h) predicts the
-// same figures from the config; the KV cache gets what remains of the budget.
+// Start-up memory planning (DESIGN.md "The problem it is built around", docs/memory-planning.md).
+// The prediction is the forward itself: the worst-case steps run through the serving code path
+// (same padding, token layouts, ops and op scratch) in meta mode — every allocation counted, no
+// kernel run, no device needed — or for real; both give the same bytes by construction. The KV
+// cache gets what remains of the budget.
 #pragma once
 
 #include <cstdint>
@@ -12,15 +12,9 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/serving_limits.h"
 
 namespace mls {
-
-struct PlanLimits {
-  int64_t max_num_batched_tokens = 8192;
-  int64_t max_num_seqs = 256;
-  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
-  int64_t block_size = 64;
-};
 
 struct PlanBudget {
   int64_t device_bytes = 0;                      // per rank; on the CPU --device-memory-bytes
@@ -29,52 +23,72 @@ struct PlanBudget {
 };
 
 // real: the forward computes (the default on GPUs); meta: the same path with every kernel
-// skipped and no memory behind allocations — exact sizes in milliseconds.
+// skipped and no memory behind allocations — exact sizes in milliseconds, for any device kind.
 enum class ProfileMode { kReal, kMeta };
 ProfileMode parse_profile_mode(const std::string& s);
 
+// Device memory no tracked allocator sees on a GPU planned without one (CUDA context, cuBLASLt
+// and NCCL handles): stated, since it cannot be measured there. A real profile measures it.
+inline constexpr int64_t kCudaContextAllowanceBytes = int64_t{1} << 30;
+
 struct RankPlan {
-  int64_t weights_bytes = 0;              // measured (allocator, tag weights)
-  int64_t predicted_weights_bytes = 0;    // analytic
-  int64_t profiled_activation_bytes = 0;  // high-water mark of the profiling forward
-  int64_t predicted_activation_bytes = 0;
-  // Collective scratch (tag comm), GEMM workspace, device memory no allocator tracks (CUDA
-  // context, NCCL), and the context-dependent step buffers at their worst case.
-  int64_t workspace_bytes = 0;
+  int64_t weights_bytes = 0;  // tag weights
+  // High-water mark of each worst-case step over what the rank holds between steps (activations,
+  // op scratch, collective buffers, step tables), and the largest: what any step may take.
+  int64_t prefill_peak_bytes = 0;
+  int64_t decode_peak_bytes = 0;
+  int64_t long_chunk_peak_bytes = 0;
+  int64_t step_peak_bytes = 0;
+  int64_t gemm_workspace_bytes = 0;  // the GEMM library's per-rank workspace
+  // Device memory outside the tracked allocator: measured after a real GPU profile, the stated
+  // kCudaContextAllowanceBytes for a GPU planned in meta mode, 0 on the CPU.
+  int64_t untracked_bytes = 0;
   int64_t kv_bytes_per_token = 0;
   int64_t kv_budget_bytes = 0;
   int64_t num_blocks = 0;
 };
 
 struct MemoryPlan {
+  // The limits this plan was made for (max_model_len resolved); the engine takes these.
+  ServingLimits limits;
+  bool max_model_len_capped = false;  // unset max_model_len lowered to what the pool holds
   std::vector<RankPlan> ranks;
-  int64_t block_size = 0;
-  int64_t max_model_len = 0;
   int64_t num_blocks = 0;  // minimum over ranks
   int64_t kv_tokens = 0;
   double max_concurrency = 0;  // kv_tokens / max_model_len
   int64_t safety_margin_bytes = 0;
-  int64_t profile_tokens = 0, profile_seqs = 0;
 
   nlohmann::json to_json() const;
   // vLLM-style lines: available KV memory, KV cache size in tokens, maximum concurrency.
   std::string report() const;
 };
 
-// The profiling step: `tokens` split as evenly as possible over `seqs` fresh sequences, each
-// asking for its last token's logits, with block tables numbered from 0.
-ForwardBatch profiling_batch(int64_t tokens, int64_t seqs, int64_t block_size);
+// The worst-case steps of `limits` (max_model_len resolved), with block tables over a cache of
+// at most `cache_blocks` blocks (long contexts cycle through them: sizes, not values, matter):
+//   prefill     max_num_batched_tokens spread over min(max_num_seqs, tokens) fresh sequences;
+//   decode      min(max_num_seqs, tokens) decodes at max_model_len − 1 context;
+//   long chunk  the same sequences, the first one prefilling the rest of the token budget at
+//               the end of a max_model_len context: every context-sized buffer at its largest.
+// Every sequence asks for its last token's logits.
+struct ProfileStep {
+  const char* name;
+  ForwardBatch batch;
+};
+std::vector<ProfileStep> worst_case_steps(const ServingLimits& limits, int64_t cache_blocks);
+// Blocks the prefill step needs (the profile's cache size).
+int64_t prefill_blocks(const ServingLimits& limits);
 
-// Runs the profiling pass on every rank of `runner` and sizes the KV cache. Throws
-// InvalidArgument when one max_model_len request cannot fit, naming the largest that would.
-// Leaves the runner without a KV cache; allocate plan.num_blocks afterwards.
-MemoryPlan plan_memory(ModelRunner& runner, const PlanLimits& limits, const PlanBudget& budget,
+// Profiles the worst-case steps on every rank of `runner` and sizes the KV cache, applying the
+// max_model_len rule (docs/memory-planning.md): an unset max_model_len is capped, with a
+// warning, to what the pool holds; a set one that does not fit throws InvalidArgument naming
+// the largest that would. Leaves the runner without a KV cache; apply_plan allocates it.
+MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& limits, const PlanBudget& budget,
                        ProfileMode mode);
 
-// Allocates plan.num_blocks KV blocks on every rank and caps each rank's allocator at what the
-// plan accounted for (weights + KV + profiled peak activation + workspace): a serving step that
-// would allocate past the plan fails with OutOfMemory naming the tag — a planner bug caught at
-// the allocation, not a device OOM later.
+// Allocates plan.num_blocks KV blocks on every rank, records the plan's limits on the runner
+// (an engine with other limits is refused) and caps each rank's allocator at what the plan
+// accounted for: a serving step that would allocate past the plan fails with OutOfMemory
+// naming the tag — a planner bug caught at the allocation, failing that step only.
 void apply_plan(ModelRunner& runner, const MemoryPlan& plan);
 
 // Available host memory (MemAvailable), the CPU device's default budget.

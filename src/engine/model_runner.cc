@@ -20,6 +20,7 @@
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
 #include "core/cuda_context.h"
+#include "parallel/device_communicator.h"
 #endif
 #ifdef MLASERVE_NCCL
 #include "parallel/nccl_communicator.h"
@@ -33,6 +34,7 @@ namespace mls {
 struct ModelRunner::Rank {
   int index = 0;  // the rank in the whole group (processes × local ranks)
   Device device;
+  bool traced = false;  // a meta runner: no device runtime behind this rank
   std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Model> model;
   KvCache kv;
@@ -47,7 +49,7 @@ struct ModelRunner::Rank {
   void loop() {
 #ifdef MLASERVE_CUDA_RUNTIME
     // Every kernel of this rank goes to this thread's stream on its device.
-    if (!device.is_cpu()) cuda::bind(device.index, alloc.get());
+    if (!device.is_cpu() && !traced) cuda::bind(device.index, alloc.get());
 #endif
     for (;;) {
       std::function<void()> j;
@@ -73,8 +75,11 @@ struct ModelRunner::Rank {
 };
 
 ModelRunner::ModelRunner(const RunnerOptions& opts)
-    : device_(opts.device), sequence_parallel_(opts.sequence_parallel) {
+    : device_(opts.device),
+      sequence_parallel_(opts.sequence_parallel),
+      ranks_per_device_(opts.ranks_per_device) {
   const int tp = opts.tensor_parallel_size;
+  const int rpd = opts.ranks_per_device;
   if (tp < 1) raise<InvalidArgument>("--tensor-parallel-size must be >= 1 (got {})", tp);
   const World& world = World::get();
   if (tp % world.num_processes() != 0)
@@ -82,30 +87,47 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
         "--tensor-parallel-size {} over {} processes: every process holds the same number of "
         "ranks, so it must be a multiple of {}",
         tp, world.num_processes(), world.num_processes());
+  if (rpd != 1 && rpd != tp)
+    raise<InvalidArgument>(
+        "--ranks-per-device {} with --tensor-parallel-size {}: either 1 (one GPU per rank) or "
+        "all ranks on one GPU",
+        rpd, tp);
+  if (rpd > 1 && opts.device.is_cpu())
+    raise<InvalidArgument>("--ranks-per-device applies to GPUs; CPU ranks share host memory");
+  if (rpd > 1 && world.multi_process())
+    raise<InvalidArgument>(
+        "--ranks-per-device {} puts every rank in one process; under mpirun use one GPU per rank",
+        rpd);
   tp_size_ = tp;
   const int local = tp / world.num_processes();
   first_rank_ = world.process() * local;
   // A process's GPUs follow those of the processes before it on its host.
   const int first_device = opts.device.index + world.local_process() * local;
   const bool gpu = !opts.device.is_cpu();
+  // A meta runner on a GPU device kind traces sizes only: no GPU, runtime or NCCL needed.
+  const bool traced_gpu = gpu && opts.meta;
 #ifdef MLASERVE_CUDA_RUNTIME
-  if (gpu && first_device + local > cuda_device_count())
+  const int gpus = local / rpd;
+  if (gpu && !traced_gpu && first_device + gpus > cuda_device_count())
     raise<InvalidArgument>(
-        "--device {} with --tensor-parallel-size {} needs GPUs {}..{} in process {} of {}, but "
-        "{} are visible",
-        opts.device.str(), tp, first_device, first_device + local - 1, world.process(),
+        "--device {} with --tensor-parallel-size {} and --ranks-per-device {} needs GPUs {}..{} "
+        "in process {} of {}, but {} are visible",
+        opts.device.str(), tp, rpd, first_device, first_device + gpus - 1, world.process(),
         world.num_processes(), cuda_device_count());
 #else
-  if (gpu) raise<Unsupported>("--device {}: this build has no CUDA backend", opts.device.str());
+  if (gpu && !traced_gpu)
+    raise<Unsupported>("--device {}: this build has no CUDA backend", opts.device.str());
 #endif
   std::vector<Allocator*> allocs;
   std::vector<int> devices;
   for (int l = 0; l < local; ++l) {
     auto rank = std::make_unique<Rank>();
     rank->index = first_rank_ + l;
-    rank->device = gpu ? Device::cuda(first_device + l) : Device::cpu();
+    rank->device = gpu ? Device::cuda(first_device + l / rpd) : Device::cpu();
+    rank->traced = traced_gpu;
+    if (traced_gpu) rank->alloc = std::make_unique<MetaAllocator>(rank->device);
 #ifdef MLASERVE_CUDA_RUNTIME
-    if (gpu) rank->alloc = std::make_unique<CudaAllocator>(rank->device.index);
+    if (gpu && !traced_gpu) rank->alloc = std::make_unique<CudaAllocator>(rank->device.index);
 #endif
     if (!gpu) rank->alloc = std::make_unique<CpuAllocator>();
     rank->alloc->set_meta(opts.meta);
@@ -113,7 +135,11 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     devices.push_back(rank->device.index);
     ranks_.push_back(std::move(rank));
   }
-  if (gpu && (tp > 1 || World::launched_by_mpirun())) {
+  if (gpu && !traced_gpu && rpd > 1) {
+#ifdef MLASERVE_CUDA_RUNTIME
+    comms_ = make_device_group(tp, first_device, allocs);
+#endif
+  } else if (gpu && !traced_gpu && (tp > 1 || World::launched_by_mpirun())) {
 #ifdef MLASERVE_NCCL
     if (World::launched_by_mpirun()) {
       // NCCL bootstrapped over MPI: the leader's unique id reaches every process.
@@ -339,6 +365,7 @@ void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   });
   num_blocks_ = num_blocks;
   block_size_ = block_size;
+  planned_limits_.reset();
 }
 
 void ModelRunner::release_kv_cache() {
@@ -346,6 +373,7 @@ void ModelRunner::release_kv_cache() {
   run_on_all_ranks([](Rank& r) { r.kv = KvCache(); });
   num_blocks_ = 0;
   block_size_ = 0;
+  planned_limits_.reset();
 }
 
 void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observer,
@@ -362,7 +390,7 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
         const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
         Tensor logits =
             r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
-        if (r.index == 0 && logits.raw()) finish(r, logits);
+        if (r.index == 0) finish(r, logits);
       },
       "the forward step");
 }
@@ -370,6 +398,7 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
 Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {
   Tensor result;
   step(batch, observer, [&](Rank& r, Tensor& logits) {
+    if (!logits.raw()) return;  // meta: nothing comes back
     if (r.device.is_cpu()) {
       result = std::move(logits);
       return;
@@ -389,10 +418,14 @@ SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
   step(batch, observer, [&](Rank& r, Tensor& logits) {
     Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
     Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
-    if (r.device.is_cpu()) return ops::sample_rows(logits, rows, ids, logprobs);
+    if (r.device.is_cpu()) {
+      if (logits.raw()) ops::sample_rows(logits, rows, ids, logprobs);
+      return;
+    }
     Tensor dev_ids = Tensor::empty({R}, DType::kI32, MemTag::kActivation, *r.alloc);
     Tensor dev_logprobs = Tensor::empty({R}, DType::kF32, MemTag::kActivation, *r.alloc);
     ops::sample_rows(logits, rows, dev_ids, dev_logprobs);
+    if (!dev_ids.raw()) return;  // meta: sizes traced, nothing comes back
     ops::copy(dev_ids, ids);
     ops::copy(dev_logprobs, logprobs);
   });
@@ -403,13 +436,14 @@ std::vector<int64_t> ModelRunner::untracked_device_bytes() {
   broadcast(RunnerOp::kUntrackedBytes);
   std::vector<int64_t> out(ranks_.size(), 0);
 #ifdef MLASERVE_CUDA_RUNTIME
-  if (!device_.is_cpu())
+  if (!device_.is_cpu() && !ranks_[0]->traced)
     run_on_all_ranks([&](Rank& r) {
       cuda::synchronize();
       int64_t free_b = 0, total_b = 0;
       cuda_memory_info(r.device.index, &free_b, &total_b);
       const auto& ca = static_cast<const CudaAllocator&>(*r.alloc);
-      out[r.index - first_rank_] = std::max<int64_t>(0, total_b - free_b - ca.reserved_bytes());
+      out[r.index - first_rank_] =
+          std::max<int64_t>(0, total_b - free_b - ca.reserved_bytes()) / ranks_per_device_;
     });
 #endif
   if (!World::get().multi_process()) return out;

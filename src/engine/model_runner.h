@@ -11,9 +11,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/step_broadcast.h"
+#include "engine/serving_limits.h"
 #include "model/model.h"
 #include "ops/sampling.h"
 
@@ -30,10 +32,16 @@ struct RunnerOptions {
   LoadFormat load_format = LoadFormat::kAuto;
   int tensor_parallel_size = 1;
   bool sequence_parallel = false;
-  // cpu, or cuda:N: rank r then runs on GPU N + r (bf16 compute; NCCL between ranks).
+  // cpu, or cuda:N: rank r then runs on GPU N + r / ranks_per_device (bf16 compute; NCCL
+  // between GPUs).
   Device device = Device::cpu();
+  // Ranks sharing one GPU: 1 (each rank its own GPU), or tensor_parallel_size (every rank on
+  // GPU N, collectives through the in-process device communicator; each rank plans with
+  // 1/ranks_per_device of the GPU's memory).
+  int ranks_per_device = 1;
   // Trace only: every rank's allocator starts in meta mode, so weights get their true sizes but
-  // no memory (planning a model that does not fit this machine).
+  // no memory (planning a model that does not fit this machine). On a GPU device kind no GPU or
+  // CUDA runtime is needed: the ranks hold sizes only (planning a GPU from a laptop).
   bool meta = false;
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
 };
@@ -50,7 +58,8 @@ class ModelRunner {
   // Rank 0's device.
   Device device() const { return device_; }
   int tp_size() const { return tp_size_; }
-  // The tracked allocator of one of this process's ranks.
+  int ranks_per_device() const { return ranks_per_device_; }
+  // The tracked allocator of one of this process's ranks (the planner reads each rank's figures).
   Allocator& allocator(int rank) const;
   // Every rank's allocator figures in rank order, gathered from every process (the planner's
   // input); reset_peaks, set_meta and set_memory_limits (one limit per rank) reach every rank.
@@ -89,8 +98,14 @@ class ModelRunner {
   SampledRows forward_sample(const ForwardBatch& batch, const std::vector<ops::RowSampling>& rows,
                              const ForwardObserver& observer = nullptr);
 
+  // The limits of the memory plan applied to this runner (apply_plan), if any: an engine over
+  // this runner must serve with exactly these.
+  const std::optional<ServingLimits>& planned_limits() const { return planned_limits_; }
+  void set_planned_limits(const ServingLimits& l) { planned_limits_ = l; }
+
   // Per rank, device memory in use that no tracked allocator accounts for (CUDA context,
-  // library handles, NCCL buffers): used − pool reserved, measured now. Zeros on the CPU.
+  // library handles, NCCL buffers): used − pool reserved, measured now, shared evenly by the
+  // ranks of one GPU. Zeros on the CPU and for a meta runner.
   std::vector<int64_t> untracked_device_bytes();
 
  private:
@@ -115,8 +130,10 @@ class ModelRunner {
   std::vector<std::unique_ptr<Communicator>> comms_;
   Device device_;
   bool sequence_parallel_ = false;
+  int ranks_per_device_ = 1;
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
+  std::optional<ServingLimits> planned_limits_;
 };
 
 }  // namespace mls

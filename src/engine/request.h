@@ -50,6 +50,9 @@ struct TokenEvent {
   // position from 1 on (the first token has no context to be scored in).
   const std::vector<Logprobs>* prompt_logprobs = nullptr;
   FinishReason finish = FinishReason::kNone;
+  // Set (finish kAbort) when the step that ran this sample failed: the request ends with an
+  // error, the engine goes on.
+  const std::string* error = nullptr;
   Usage usage;
   Timings timings;
 };

@@ -10,6 +10,8 @@
 // the paging tables, live on the output's device.
 #pragma once
 
+#include <algorithm>
+
 #include "ops/dispatch.h"
 
 namespace mls::ops {
@@ -39,26 +41,25 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
                const AttentionArgs& args, Tensor& out);
 }
 
-inline void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
-                      const AttentionArgs& args, Tensor& out) {
-  MLS_DISPATCH(out, attention, q, k, v, q_pos, args, out);
+// The host bound on any query's key count: the paged tables' reach, capped by max_keys, or
+// the key rows themselves.
+inline int64_t key_bound(const PagedKeys& pages, int64_t rows) {
+  if (!pages.block_tables) return rows;
+  return std::min(pages.max_keys, pages.block_tables->dim(1) * pages.block_size);
 }
 
-#ifdef MLASERVE_CUDA
-namespace cuda {
-int64_t attention_scratch_bytes(int64_t T, int64_t H, int64_t Dk, int64_t Dv, int64_t max_keys);
+// Device scratch of one call: fp32 partials of split queries (ops/scratch_sizes.h).
+inline ScratchPlan attention_scratch(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const AttentionArgs& args) {
+  const int64_t n_list = args.allowed ? args.allowed->dim(1) : key_bound(args.pages, k.dim(0));
+  return {{{scratch::attention_splits(q.dim(0), q.dim(1), k.dim(1), v.dim(2), n_list).floats,
+            DType::kF32, MemTag::kActivation},
+           {}}};
 }
-#endif
-// Bytes of device scratch one dense absorbed-MLA attention call (one latent head, v the first
-// Dv columns of k) over T query rows takes from the allocator (the memory planner's analytic
-// twin counts them); the CPU takes none.
-inline int64_t attention_scratch_bytes(Device device, int64_t T, int64_t H, int64_t Dk, int64_t Dv,
-                                       int64_t max_keys) {
-#ifdef MLASERVE_CUDA
-  if (!device.is_cpu()) return cuda::attention_scratch_bytes(T, H, Dk, Dv, max_keys);
-#endif
-  (void)device, (void)T, (void)H, (void)Dk, (void)Dv, (void)max_keys;
-  return 0;
+
+inline void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
+                      const AttentionArgs& args, Tensor& out) {
+  MLS_DISPATCH_SCRATCH(out, attention_scratch(q, k, v, args), attention, q, k, v, q_pos, args, out);
 }
 
 }  // namespace mls::ops

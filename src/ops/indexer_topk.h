@@ -47,25 +47,19 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
 // the reference's row length (the prompt length for a prompt token, else q_pos[t] + 1), read by
 // kTorchReference only. kServing lists a row's keys in ascending index order, then −1s;
 // kTorchReference in torch's order, with −1 where it ranked a masked position.
+// Device scratch of one call: fp32 scores of a group of query rows (ops/scratch_sizes.h).
+inline ScratchPlan indexer_topk_scratch(const Tensor& q, const Tensor& k, const PagedKeys& pages,
+                                        const Tensor& chosen) {
+  return {{{scratch::indexer_scratch_floats(q.dim(0), key_bound(pages, k.dim(0)), chosen.dim(1)),
+            DType::kF32, MemTag::kActivation},
+           {}}};
+}
+
 inline void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
                          const Tensor& row_len, float scale, const PagedKeys& pages,
                          TopkTieOrder order, Tensor& chosen) {
-  MLS_DISPATCH(chosen, indexer_topk, q, k, w, q_pos, row_len, scale, pages, order, chosen);
-}
-
-#ifdef MLASERVE_CUDA
-namespace cuda {
-int64_t indexer_topk_scratch_bytes(int64_t T, int64_t max_keys, int64_t topk);
-}
-#endif
-// Bytes of device scratch one indexer_topk call takes (see attention_scratch_bytes).
-inline int64_t indexer_topk_scratch_bytes(Device device, int64_t T, int64_t max_keys,
-                                          int64_t topk) {
-#ifdef MLASERVE_CUDA
-  if (!device.is_cpu()) return cuda::indexer_topk_scratch_bytes(T, max_keys, topk);
-#endif
-  (void)device, (void)T, (void)max_keys, (void)topk;
-  return 0;
+  MLS_DISPATCH_SCRATCH(chosen, indexer_topk_scratch(q, k, pages, chosen), indexer_topk, q, k, w,
+                       q_pos, row_len, scale, pages, order, chosen);
 }
 
 }  // namespace mls::ops

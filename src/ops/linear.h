@@ -16,9 +16,18 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
 }  // namespace cuda
 
+// Device scratch of one call: with an FP8 W, the quantised activations and their scales, and
+// the weight's padded block scales when cuBLASLt takes the step (ops/scratch_sizes.h).
+inline ScratchPlan linear_scratch(const Tensor& x, const Tensor& w) {
+  if (w.dtype() != DType::kFP8E4M3) return {};
+  const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
+  return {{{scratch::fp8_act_bytes(T, K), DType::kFP8E4M3, MemTag::kWorkspace},
+           {scratch::fp8_padded_scale_floats(T, N, K), DType::kF32, MemTag::kWorkspace}}};
+}
+
 // accumulate: y += x·Wᵀ instead of y = x·Wᵀ.
 inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate = false) {
-  MLS_DISPATCH(y, linear, x, w, y, accumulate);
+  MLS_DISPATCH_SCRATCH(y, linear_scratch(x, w), linear, x, w, y, accumulate);
 }
 
 // Per-head products, one call for all heads b: y[:, b, :] = x[:, b, :] · W[b]ᵀ with
@@ -28,18 +37,10 @@ inline void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
   MLS_DISPATCH(y, linear_batched, x, w, y);
 }
 
-#ifdef MLASERVE_CUDA
-namespace cuda {
-int64_t gemm_workspace_bytes();
-}
-#endif
-// Bytes a rank's GEMM library holds as workspace on `device` (tag workspace, once per rank).
+// Bytes a rank's GEMM library holds as workspace on `device` for its whole life (tag workspace,
+// taken at its first GEMM).
 inline int64_t linear_workspace_bytes(Device device) {
-#ifdef MLASERVE_CUDA
-  if (!device.is_cpu()) return cuda::gemm_workspace_bytes();
-#endif
-  (void)device;
-  return 0;
+  return device.is_cpu() ? 0 : scratch::kGemmWorkspaceBytes;
 }
 
 }  // namespace mls::ops

@@ -41,7 +41,12 @@ inline void moe_route(const Tensor& logits, const Tensor& bias, const RoutingArg
 // dest_row[t, i] (i32 [T, k]); expert e owns rows [offsets[e], offsets[e + 1]) (i32 [E + 1]).
 inline void moe_align(const Tensor& ids, int64_t num_experts, Tensor& src_token, Tensor& dest_row,
                       Tensor& offsets) {
-  MLS_DISPATCH(offsets, moe_align, ids, num_experts, src_token, dest_row, offsets);
+  MLS_DISPATCH_SCRATCH(
+      offsets,
+      (ScratchPlan{{{scratch::moe_align_ints(ids.numel(), static_cast<int>(num_experts)),
+                     DType::kI32, MemTag::kWorkspace},
+                    {}}}),
+      moe_align, ids, num_experts, src_token, dest_row, offsets);
 }
 // out[t] = Σ_i weights[t, i] · y[dest_row[t, i]] (summed in slot order i, fp32): y [T·k, H].
 inline void moe_unpermute(const Tensor& y, const Tensor& dest_row, const Tensor& weights,

@@ -1,8 +1,7 @@
 #include "parallel/token_layout.h"
 
-#include <cstring>
-
 #include "core/error.h"
+#include "ops/copy.h"
 
 namespace mls {
 
@@ -37,12 +36,7 @@ Tensor all_gather_trim(const Tensor& local, const TokenLayout& layout, int64_t t
   Tensor in = local;
   if (!local.is_contiguous()) {
     in = Tensor::empty({local.dim(0), w}, local.dtype(), MemTag::kActivation, alloc);
-    if (in.raw())
-      for (int64_t r = 0; r < local.dim(0); ++r)
-        std::memcpy(
-            static_cast<char*>(in.raw()) + r * w * dtype_size(local.dtype()),
-            static_cast<const char*>(local.raw()) + r * local.stride(0) * dtype_size(local.dtype()),
-            w * dtype_size(local.dtype()));
+    ops::copy(local, in);
   }
   Tensor full = Tensor::empty({layout.padded, w}, local.dtype(), MemTag::kActivation, alloc);
   if (full.raw()) comm.all_gather(in, full);
@@ -57,12 +51,9 @@ Tensor reduce_scatter_padded(const Tensor& partial, const TokenLayout& layout, C
   const int64_t w = partial.dim(1);
   Tensor padded = partial;
   if (layout.padded != layout.tokens) {
-    padded = Tensor::empty({layout.padded, w}, partial.dtype(), MemTag::kActivation, alloc);
-    if (padded.raw()) {
-      std::memcpy(padded.raw(), partial.raw(), partial.nbytes());
-      std::memset(static_cast<char*>(padded.raw()) + partial.nbytes(), 0,
-                  padded.nbytes() - partial.nbytes());
-    }
+    padded = Tensor::zeros({layout.padded, w}, partial.dtype(), MemTag::kActivation, alloc);
+    Tensor head = padded.narrow(0, 0, layout.tokens);
+    ops::copy(partial, head);
   }
   Tensor out = Tensor::empty({layout.local_rows(), w}, partial.dtype(), MemTag::kActivation, alloc);
   if (out.raw()) comm.reduce_scatter(padded, out);

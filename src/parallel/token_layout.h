@@ -2,7 +2,8 @@
 // (all T tokens on every rank) or Sharded (T padded up to a multiple of tp; rank r holds rows
 // [r·T_pad/tp, (r+1)·T_pad/tp)). Only the decoder layer changes layouts, and only through the
 // helpers below; every gather trims back to the true T, given by the positions tensor, so a
-// padded or multiplied token dimension can never leak into RoPE, the cache or the MoE.
+// padded or multiplied token dimension can never leak into RoPE, the cache or the MoE. Data
+// moves through ops (copies, collectives) on the tensors' device: host or GPU alike.
 #pragma once
 
 #include "core/tensor.h"

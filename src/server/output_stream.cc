@@ -143,6 +143,7 @@ Verdict OutputStream::handle(const TokenEvent& ev) {
       if (samples_[i].done) continue;
       OutputEvent a;
       a.choice = spec_.first_choice + static_cast<int>(i);
+      if (ev.error) a.error = *ev.error;  // the engine step failed: a 500 / an error event
       finish(samples_[i], a, FinishReason::kAbort, ev);
       channel_->push(std::move(a));
     }

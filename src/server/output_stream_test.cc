@@ -198,5 +198,26 @@ TEST_F(OutputStreamTest, PromptLogprobsRideTheFirstEvent) {
   EXPECT_TRUE(stop_reason_json(events[1]).is_null());
 }
 
+// A failed engine step ends the request with its error on every open choice: the handlers
+// answer a 500 (or an error event on a stream).
+TEST_F(OutputStreamTest, AFailedEngineStepEndsEveryChoiceWithItsError) {
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(
+      tok_, {.first_choice = 2, .n = 2, .skip_special_tokens = true, .stop = {}, .script = nullptr},
+      ch, nullptr);
+  const std::string error = "the engine step serving this request failed: out of memory";
+  TokenEvent ev = token(-1, FinishReason::kAbort);
+  ev.error = &error;
+  EXPECT_EQ(s.on_token(ev), Verdict::kStop);
+  std::vector<OutputEvent> events;
+  ASSERT_TRUE(ch->wait(events, std::chrono::milliseconds(0)));
+  ASSERT_EQ(events.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(events[i].choice, 2 + i);
+    EXPECT_EQ(events[i].finish, FinishReason::kAbort);
+    EXPECT_EQ(events[i].error, error);
+  }
+}
+
 }  // namespace
 }  // namespace mls::server

@@ -37,7 +37,7 @@ struct ServingContext {
   // /v1/responses kept for previous_response_id (shared: handlers copy the context pointer).
   std::shared_ptr<ResponseStore> responses = std::make_shared<ResponseStore>();
 
-  int64_t max_model_len() const { return loop.config().max_model_len; }
+  int64_t max_model_len() const { return loop.config().limits.max_model_len; }
   // 404 unless `model` is empty or one of the served names.
   void check_model(const std::string& model) const;
   const std::string& model_name() const { return opts.served_model_names.front(); }

@@ -1,23 +1,30 @@
-// Conformance of the CUDA backend against the transformers float64 goldens (DESIGN.md: bf16
-// activations, fp32 accumulation, FP8 GEMMs for FP8 checkpoints). Teacher-forced: every row of
-// logits is computed from the golden's own tokens, so one early difference cannot cascade.
-// Per row: relative L2 error ≤ 2e-2 over the whole batch of rows, and the golden's top-1 token
-// wherever its top-two gap exceeds 0.05 × that row's standard deviation (smaller gaps are within
-// bf16 noise). Skips visibly without a GPU.
-// Measured on an H200 (bench/RESULTS.md): rows up to T = 5 and the dense-attention fixture meet
-// it; once the DSA indexer (top-8 of up to 70 keys) and MoE routing make discrete choices on
-// bf16 inputs, and with FP8 activation quantisation, they do not — and transformers' own bf16
-// run on the same GPU (bench/hf_fixture_error.py) misses it by the same margin.
+// Conformance of the CUDA backend (DESIGN.md: bf16 activations, fp32 accumulation, FP8 GEMMs for
+// FP8 checkpoints), by the criterion decided in issue 14:
+//   1. Random-weight fixtures, teacher-forced (every row of logits computed from the golden's
+//      own tokens, so one early difference cannot cascade): per fixture and row — each prefill
+//      and the decode steps — the relative L2 error against the transformers float64 golden is
+//      at most 1.25 × that of transformers itself in the same precision on the same GPU, and at
+//      most 2e-2 where transformers is within 2e-2. The yardstick is checked in beside each
+//      fixture (tests/data/<fixture>/transformers_error.json, written on the GPU by
+//      bench/hf_fixture_error.py --write): bf16 for bf16 fixtures; for FP8 fixtures bf16 over
+//      the block-dequantised weights with DeepSeek-style FP8 activation quantisation emulated
+//      (transformers' fine-grained FP8 path does not run there; ../shared/GPU-NOTES.md).
+//   2. The trained demo model: greedy output on the GPU equals the CPU's, token for token, on
+//      the 20 golden prompts and the first 100 held-out samples.
+// Skips visibly without a GPU.
 // The GPU has one DSA tie order, the serving one (ops/indexer_topk.h): bf16 noise moves near-tied
 // keys across the cut anyway; the CPU suite counts the exact ties (conformance_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/simple_generator.h"
 #include "golden.h"
 #include "io/safetensors.h"
 #ifdef MLASERVE_CUDA_RUNTIME
@@ -27,8 +34,8 @@
 namespace mls {
 namespace {
 
-constexpr double kTol = 2e-2;
-constexpr double kGapFraction = 0.05;
+constexpr double kRatio = 1.25;
+constexpr double kAbsolute = 2e-2;
 
 const std::string kData = MLASERVE_TEST_DATA;
 
@@ -43,44 +50,14 @@ bool have_gpu() {
 using golden::as_f32;
 using golden::as_i32;
 
-struct RowCheck {
-  double rel_err = 0;
-  int checked = 0, agree = 0;
-  std::vector<int> mismatched_rows;
-};
-
-// got and want hold `rows` rows of `vocab` logits.
-RowCheck check_rows(const float* got, const std::vector<float>& want, int64_t vocab) {
-  RowCheck r;
+double rel_err(const float* got, const std::vector<float>& want) {
   double num = 0, den = 0;
-  const int64_t rows = static_cast<int64_t>(want.size()) / vocab;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* g = got + i * vocab;
-    const float* w = want.data() + i * vocab;
-    double mean = 0, sq = 0;
-    int64_t best = 0, second = -1;
-    for (int64_t v = 0; v < vocab; ++v) {
-      num += (static_cast<double>(g[v]) - w[v]) * (static_cast<double>(g[v]) - w[v]);
-      den += static_cast<double>(w[v]) * w[v];
-      mean += w[v];
-      if (w[v] > w[best]) best = v;
-    }
-    mean /= static_cast<double>(vocab);
-    for (int64_t v = 0; v < vocab; ++v) {
-      sq += (w[v] - mean) * (w[v] - mean);
-      if (v != best && (second < 0 || w[v] > w[second])) second = v;
-    }
-    const double stddev = std::sqrt(sq / static_cast<double>(vocab));
-    if (w[best] - w[second] <= kGapFraction * stddev) continue;
-    ++r.checked;
-    const int64_t got_best = std::max_element(g, g + vocab) - g;
-    if (got_best == best)
-      ++r.agree;
-    else
-      r.mismatched_rows.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
   }
-  r.rel_err = std::sqrt(num / den);
-  return r;
+  return std::sqrt(num / den);
 }
 
 class GpuConformance : public ::testing::TestWithParam<std::string> {
@@ -88,6 +65,10 @@ class GpuConformance : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
     dir_ = kData + "/" + GetParam();
+    std::ifstream y(dir_ + "/transformers_error.json");
+    ASSERT_TRUE(y) << dir_ << "/transformers_error.json is missing: run "
+                   << "`python3 bench/hf_fixture_error.py --write` on this GPU";
+    yardstick_ = nlohmann::json::parse(y);
     golden_ = std::make_unique<io::SafetensorsFile>(
         io::SafetensorsFile::open(dir_ + "/golden.safetensors"));
     runner_ = std::make_unique<ModelRunner>(RunnerOptions{
@@ -99,16 +80,18 @@ class GpuConformance : public ::testing::TestWithParam<std::string> {
     if (!t) raise<InvalidArgument>("{} has no {}", dir_, name);
     return *t;
   }
-  void expect_rows(const std::string& what, const float* got, const std::vector<float>& want) {
-    const RowCheck r = check_rows(got, want, vocab_);
-    std::printf("%s %s: rel_err %.3e, top-1 %d/%d rows with a clear gap\n", GetParam().c_str(),
-                what.c_str(), r.rel_err, r.agree, r.checked);
-    EXPECT_LE(r.rel_err, kTol) << what;
-    EXPECT_EQ(r.agree, r.checked) << what << ": first mismatched row "
-                                  << (r.mismatched_rows.empty() ? -1 : r.mismatched_rows[0]);
+  void expect_row(const std::string& row, const float* got, const std::vector<float>& want) {
+    ASSERT_TRUE(yardstick_["rows"].contains(row)) << "the yardstick has no row " << row;
+    const double hf = yardstick_["rows"][row].get<double>();
+    const double bound = hf <= kAbsolute ? std::min(kRatio * hf, kAbsolute) : kRatio * hf;
+    const double err = rel_err(got, want);
+    std::printf("%s %s: rel_err %.3e, transformers %.3e (%s), bound %.3e\n", GetParam().c_str(),
+                row.c_str(), err, hf, yardstick_["precision"].get<std::string>().c_str(), bound);
+    EXPECT_LE(err, bound) << row << ": transformers' own error is " << hf;
   }
 
   std::string dir_;
+  nlohmann::json yardstick_;
   std::unique_ptr<io::SafetensorsFile> golden_;
   std::unique_ptr<ModelRunner> runner_;
   int64_t vocab_ = 0;
@@ -124,8 +107,8 @@ TEST_P(GpuConformance, PrefillLogits) {
     b.seqs.push_back(
         {.num_cached = 0, .num_new = T, .block_table = {0}, .logits = SequenceChunk::Logits::kAll});
     const Tensor logits = runner_->forward(b);
-    expect_rows(fmt::format("prefill.{} (T={})", i, T), logits.data<float>(),
-                as_f32(g(fmt::format("prefill.{}.logits", i))));
+    expect_row(fmt::format("prefill.{}", i), logits.data<float>(),
+               as_f32(g(fmt::format("prefill.{}.logits", i))));
   }
 }
 
@@ -156,10 +139,38 @@ TEST_P(GpuConformance, TeacherForcedDecodeSteps) {
     sc.prompt_len = static_cast<int64_t>(prompt.size());
     b.token_ids = {out[step]};
   }
-  expect_rows(fmt::format("{} decode steps", out.size()), got.data(), want);
+  expect_row("decode", got.data(), want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuConformance, golden::kFixtures, golden::test_name);
+
+// The trained demo model: the GPU's greedy tokens are the CPU's.
+TEST(GpuConformanceDemo, GreedyEqualsTheCpuOnGoldenPromptsAndHeldOutSamples) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
+  const std::string model = std::string(MLASERVE_SOURCE_DIR) + "/models/demo-glm5";
+  std::ifstream f(model + "/golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(f);
+  ModelRunner cpu({.model = model});
+  ModelRunner gpu({.model = model, .device = Device::cuda(0)});
+  const auto& eos = cpu.config().eos_token_ids;
+  int same = 0, total = 0;
+  const auto compare = [&](const nlohmann::json& s, int64_t max_tokens) {
+    const auto prompt = s["prompt_ids"].get<std::vector<int32_t>>();
+    const auto want = generate_greedy(cpu, prompt, max_tokens, eos).output_ids;
+    const auto got = generate_greedy(gpu, prompt, max_tokens, eos).output_ids;
+    EXPECT_EQ(got, want) << s["id"];
+    same += got == want;
+    ++total;
+  };
+  for (const auto& p : golden["prompts"]) compare(p, 64);
+  int held_out = 0;
+  for (const auto& s : golden["heldout_eval"]) {
+    if (held_out++ == 100) break;
+    compare(s, static_cast<int64_t>(s["target_ids"].size()) + 8);
+  }
+  EXPECT_EQ(total, 120);
+  std::printf("demo-glm5: GPU greedy equals the CPU's on %d/%d sequences\n", same, total);
+}
 
 }  // namespace
 }  // namespace mls

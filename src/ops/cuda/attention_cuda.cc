@@ -55,27 +55,15 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   set_pages("attention", args.pages, T, k.dim(0), out, p);
   if (T == 0) return;
 
-  size_t floats = 0;
-  mls::cuda::check(kernels::attention_scratch(p, &floats), "attention plan");
-  Tensor scratch;
+  // The scratch of ops::attention_scratch; the kernel plans its splits from the same function.
+  const int64_t floats =
+      scratch::attention_splits(T, H, Hk, Dv, args.allowed ? p.allowed_k : p.key_bound).floats;
+  Tensor partials;
   if (floats > 0)
-    scratch = Tensor::empty({static_cast<int64_t>(floats)}, DType::kF32, MemTag::kActivation,
-                            mls::cuda::allocator());
-  mls::cuda::check(kernels::launch_attention(p, floats > 0 ? scratch.data<float>() : nullptr,
+    partials = Tensor::empty({floats}, DType::kF32, MemTag::kActivation, mls::cuda::allocator());
+  mls::cuda::check(kernels::launch_attention(p, floats > 0 ? partials.data<float>() : nullptr,
                                              mls::cuda::stream()),
                    "attention");
-}
-
-int64_t attention_scratch_bytes(int64_t T, int64_t H, int64_t Dk, int64_t Dv, int64_t max_keys) {
-  kernels::AttentionParams p;
-  p.T = static_cast<int>(T);
-  p.H = static_cast<int>(H);
-  p.Dk = static_cast<int>(Dk);
-  p.Dv = static_cast<int>(Dv);
-  p.key_bound = max_keys;
-  size_t floats = 0;
-  mls::cuda::check(kernels::attention_scratch(p, &floats), "attention plan");
-  return static_cast<int64_t>(floats * sizeof(float));
 }
 
 }  // namespace mls::ops::cuda

@@ -9,8 +9,9 @@
 //   O[heads × Dv] += P · V_tile               (each warp owns Dv/8 columns for all heads)
 // V is read from the key tile itself when v is a narrowed view of k (the latent cache), so
 // each key row crosses HBM once. A query's key list is split at fixed boundaries
-// (kKeysPerSplit), so its result never depends on the rest of the step; with several splits
-// each CTA writes an unnormalised partial O and its (max, sum), and a combine kernel merges them.
+// (ops::scratch::kAttentionKeysPerSplit), so its result never depends on the rest of the step; with
+// several splits each CTA writes an unnormalised partial O and its (max, sum), and a combine kernel
+// merges them.
 //
 // Simple path (Hk == H, or shapes the latent kernel does not cover): one CTA per (token, head),
 // scalar fp32 online softmax. It exists for parity with the CPU op, not speed.
@@ -24,6 +25,7 @@
 
 #include "ops/cuda/attention_kernels.h"
 #include "ops/cuda/mma_ptx.cuh"
+#include "ops/scratch_sizes.h"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -35,13 +37,10 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kLdp = kBN + 8;  // P row stride: an odd number of 16-byte chunks, no bank conflicts
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMaxDv = 512;
-// Split boundaries: 64 tiles per split. A DSA query (2,048 chosen keys) is never split; a dense
-// query at 4k context runs as 2 CTAs.
-constexpr int64_t kKeysPerSplit = 2048;
-// Partial outputs of split queries are processed in query groups within this many floats.
-constexpr int64_t kScratchFloats =
-    int64_t{64} << 20;  // O lives in registers: 64 heads × 512 columns over 256 threads
+// O lives in registers: 64 heads × 512 columns over 256 threads. Split boundaries (64 tiles
+// per split: a DSA query of 2,048 chosen keys is never split, a dense query at 4k context runs
+// as 2 CTAs) and the scratch of split queries come from ops/scratch_sizes.h.
+constexpr int kMaxDv = ops::scratch::kAttentionMaxDv;
 
 // ---------------------------------------------------------------------------------------------
 // Key addressing, shared by both paths.
@@ -685,33 +684,22 @@ cudaError_t make_plan(const AttentionParams& p, Plan* plan) {
   plan->hm = hm;
   plan->groups = (p.H + hm - 1) / hm;
 
-  // Splits of a query's key list at fixed boundaries (kKeysPerSplit keys each): how a query is
-  // computed depends on its own keys only, never on the other queries of the step, so results
-  // are batch invariant. The grid covers the longest list; shorter lists leave trailing splits
-  // empty, and the combine skips them exactly. Queries go in groups whose partials fit
-  // kScratchFloats.
+  // Splits of a query's key list at fixed boundaries: how a query is computed depends on its own
+  // keys only, never on the other queries of the step, so results are batch invariant. The grid
+  // covers the longest list; shorter lists leave trailing splits empty, and the combine skips
+  // them exactly. Queries go in groups whose partials fit the scratch the host allocated from
+  // the same plan (ops::scratch::attention_splits).
   const int64_t n_list = p.allowed ? p.allowed_k : p.key_bound;
-  plan->splits =
-      static_cast<int>(std::max<int64_t>(1, (n_list + kKeysPerSplit - 1) / kKeysPerSplit));
-  plan->keys_per_split = kKeysPerSplit;
-  if (plan->splits > 1) {
-    const int64_t per_query = static_cast<int64_t>(plan->splits) * p.H * (p.Dv + 2);
-    plan->group_T = static_cast<int>(std::clamp<int64_t>(kScratchFloats / per_query, 1, p.T));
-    plan->scratch_floats = static_cast<size_t>(per_query) * plan->group_T;
-  } else {
-    plan->group_T = p.T;
-  }
+  const ops::scratch::AttentionSplits s =
+      ops::scratch::attention_splits(p.T, p.H, p.Hk, p.Dv, n_list);
+  plan->splits = static_cast<int>(s.splits);
+  plan->keys_per_split = ops::scratch::kAttentionKeysPerSplit;
+  plan->group_T = static_cast<int>(s.group_T);
+  plan->scratch_floats = static_cast<size_t>(s.floats);
   return cudaSuccess;
 }
 
 }  // namespace
-
-cudaError_t attention_scratch(const AttentionParams& p, size_t* floats) {
-  Plan plan;
-  const cudaError_t e = make_plan(p, &plan);
-  *floats = plan.scratch_floats;
-  return e;
-}
 
 cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStream_t stream) {
   if (p.T == 0 || p.H == 0) return cudaSuccess;

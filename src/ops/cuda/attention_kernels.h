@@ -33,10 +33,8 @@ struct AttentionParams {
   float scale = 1.0f;
 };
 
-// The f32 scratch (elements) that launch_attention needs for this step: split partial outputs
-// and their softmax statistics; 0 when the step runs unsplit.
-cudaError_t attention_scratch(const AttentionParams& p, size_t* floats);
-// out = attention; `scratch` holds attention_scratch(p) floats (may be null when that is 0).
+// out = attention; `scratch` holds ops::scratch::attention_splits(...).floats floats for this
+// step (split partial outputs and their softmax statistics; may be null when that is 0).
 cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStream_t stream);
 
 }  // namespace mls::ops::cuda::kernels

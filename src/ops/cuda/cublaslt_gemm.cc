@@ -13,11 +13,12 @@
 #include "core/cuda_context.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/scratch_sizes.h"
 
 namespace mls::ops::cuda {
 namespace {
 
-constexpr int64_t kWorkspaceBytes = 32LL << 20;
+constexpr int64_t kWorkspaceBytes = scratch::kGemmWorkspaceBytes;
 // Layout of the workspace: cuBLASLt's part, our kernels' scratch (split-K partials, benchmark
 // outputs), and the tile counters at the end.
 constexpr int64_t kLtBytes = 16LL << 20;
@@ -309,10 +310,6 @@ void tune(State& st, Plan& plan, const LtLinear& p) {
 }
 
 }  // namespace
-
-int64_t gemm_workspace_bytes() {
-  return kWorkspaceBytes;
-}
 
 bool lt_linear_supported(const LtLinear& p) {
   State& st = state();

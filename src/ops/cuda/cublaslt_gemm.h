@@ -11,9 +11,6 @@
 
 namespace mls::ops::cuda {
 
-// The workspace each GPU thread keeps (a constant; the memory planner adds it as overhead).
-int64_t gemm_workspace_bytes();
-
 // A (strided-batched) GEMM in the row-major form of a linear layer, for each batch b:
 // y_b[i, j] = Σ_l x_b[i, l] · w_b[j, l] (+ y_b[i, j] when accumulate), fp32 accumulation.
 // x_b row i at x + b·batch_stride_x + i·ldx (likewise w, y); strides in elements.

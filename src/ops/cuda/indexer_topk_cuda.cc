@@ -6,20 +6,6 @@
 #include "ops/indexer_topk.h"
 
 namespace mls::ops::cuda {
-namespace {
-
-// Score scratch per launch: query rows are processed in groups whose [rows, max_keys] f32
-// scores fit in this many bytes (one row at least), so an 8192-token prompt with a long
-// context does not need gigabytes.
-constexpr int64_t kScoreScratchBytes = int64_t{256} << 20;
-
-// Query rows per launch for scores rows of `ld` floats.
-int64_t rows_per_launch(int64_t ld, int64_t T) {
-  return std::clamp<int64_t>(kScoreScratchBytes / std::max<int64_t>(ld * 4, 1), 1, T);
-}
-
-}  // namespace
-
 void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
                   const Tensor& row_len, float scale, const PagedKeys& pages, TopkTieOrder order,
                   Tensor& chosen) {
@@ -68,8 +54,10 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
   set_pages("indexer_topk", pages, T, k.dim(0), chosen, p);
   if (T == 0 || topk == 0) return;
 
-  const int64_t ld = kernels::indexer_scores_ld(p);
-  const int64_t rows = rows_per_launch(ld, T);
+  // The scratch of ops::indexer_topk_scratch: query rows in groups whose scores fit
+  // scratch::kIndexerScoreBytes, so an 8192-token prompt with a long context needs no gigabytes.
+  const int64_t ld = scratch::indexer_scores_ld(p.key_bound);
+  const int64_t rows = scratch::indexer_rows_per_launch(p.key_bound, T);
   Tensor scores = Tensor::empty({rows, std::max<int64_t>(ld, 1)}, DType::kF32, MemTag::kActivation,
                                 mls::cuda::allocator());
   for (int64_t t0 = 0; t0 < T; t0 += rows)
@@ -77,14 +65,6 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
                                                   static_cast<int>(std::min(rows, T - t0)),
                                                   scores.data<float>(), mls::cuda::stream()),
                      "indexer_topk");
-}
-
-int64_t indexer_topk_scratch_bytes(int64_t T, int64_t max_keys, int64_t topk) {
-  if (T == 0 || topk == 0) return 0;
-  kernels::IndexerParams p;
-  p.key_bound = max_keys;
-  const int64_t ld = kernels::indexer_scores_ld(p);
-  return rows_per_launch(ld, T) * std::max<int64_t>(ld, 1) * 4;
 }
 
 }  // namespace mls::ops::cuda

@@ -19,6 +19,7 @@
 
 #include "ops/cuda/indexer_topk_kernels.h"
 #include "ops/cuda/mma_ptx.cuh"
+#include "ops/scratch_sizes.h"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -388,7 +389,7 @@ cudaError_t launch_scores(const IndexerParams& p, const ScoreLayout& L, int dev,
 }  // namespace
 
 int64_t indexer_scores_ld(const IndexerParams& p) {
-  return (p.key_bound + 3) / 4 * 4;
+  return ops::scratch::indexer_scores_ld(p.key_bound);
 }
 
 cudaError_t launch_indexer_topk(const IndexerParams& p, int t0, int nt, float* scores,

@@ -10,19 +10,6 @@
 namespace mls::ops::cuda {
 namespace {
 
-// Which FP8 linears run cuBLASLt's block-scaled GEMM (its leading multiple of 4 tokens; ours
-// takes the rest) rather than only our weight-streaming kernel. Measured on the H200 at GLM-5
-// shapes: ours is faster up to 8 tokens, they are even up to 16 with cuBLASLt ahead on large
-// weights, and above that cuBLASLt wins clearly; a token count that is not a multiple of 4 costs
-// the cuBLASLt route a second weight pass for the tail, which only pays past 32 tokens.
-bool cublaslt_tokens(int64_t T) {
-  return T > 32 || (T > 8 && T % 4 == 0);
-}
-
-int64_t round_up(int64_t v, int64_t m) {
-  return (v + m - 1) / m * m;
-}
-
 cudaDataType_t out_type(DType t) {
   return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
 }
@@ -50,7 +37,7 @@ void zero_rows(Tensor& y, int64_t rows, int64_t cols) {
 void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const Tensor& scale = *w.block_scale();
   const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
-  const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, ldq = round_up(K, 16);
+  const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, ldq = scratch::round_up(K, 16);
   if (scale.dtype() != DType::kF32 || scale.ndim() != 2 || scale.dim(0) != NB ||
       scale.dim(1) != KB || !scale.is_contiguous() || scale.device() != w.device())
     raise<ShapeError>("linear: FP8 W {} needs f32 block scales [{}, {}] on {}, got {} on {}",
@@ -59,11 +46,20 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     raise<Unsupported>("linear: FP8 W {} writes bf16 output, got y {}", w.str(), y.str());
   const cudaStream_t stream = mls::cuda::stream();
   Allocator& alloc = mls::cuda::allocator();
-  // The quantised activations and their scales share one allocation (the scales 16-byte
-  // aligned after the e4m3 rows, whose stride is a multiple of 16).
-  Tensor qbuf = Tensor::empty({T * ldq + KB * T * 4}, DType::kFP8E4M3, MemTag::kWorkspace, alloc);
+  // The scratch of ops::linear_scratch, in its order. The quantised activations and their
+  // scales share one allocation (the scales 16-byte aligned after the e4m3 rows, whose stride
+  // is a multiple of 16).
+  Tensor qbuf =
+      Tensor::empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3, MemTag::kWorkspace, alloc);
   uint8_t* q = qbuf.data<uint8_t>();
   float* xs = reinterpret_cast<float*>(q + T * ldq);
+  // cuBLASLt wants each row of 128x128 block scales padded to a multiple of 4 floats; the
+  // checkpoint rows are ceil(K/128) long, so only K not a multiple of 512 needs the copy, on the
+  // steps cuBLASLt may take.
+  const int64_t padded_floats = scratch::fp8_padded_scale_floats(T, N, K);
+  Tensor padded;
+  if (padded_floats > 0)
+    padded = Tensor::empty({padded_floats}, DType::kF32, MemTag::kWorkspace, alloc);
 
   // cuBLASLt's block-scaled GEMM (weights BLK128x128, activations VEC128) needs whole 128-wide
   // K blocks and a token count divisible by 4 (it has no algorithm otherwise): it takes the
@@ -84,16 +80,19 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
              .block_scaled = true,
              .x_scale = xs,
              .w_scale = scale.data<float>()};
-  Tensor padded;
-  if (cublaslt_tokens(T) && K % 128 == 0 && lt_linear_supported(p)) {
+  // Which FP8 linears run cuBLASLt's block-scaled GEMM (its leading multiple of 4 tokens; ours
+  // takes the rest) rather than only our weight-streaming kernel: scratch::fp8_cublaslt_tokens,
+  // measured on the H200 at GLM-5 shapes (ours is faster up to 8 tokens, they are even up to 16
+  // with cuBLASLt ahead on large weights, and above that cuBLASLt wins clearly; a token count
+  // that is not a multiple of 4 costs the cuBLASLt route a second weight pass for the tail,
+  // which only pays past 32 tokens).
+  if (scratch::fp8_cublaslt_tokens(T) && K % 128 == 0 && lt_linear_supported(p)) {
     t_lead = p.m;
-    // cuBLASLt wants each row of 128x128 block scales padded to a multiple of 4 floats; the
-    // checkpoint rows are ceil(K/128) long, so only K not a multiple of 512 needs the copy.
-    if (KB % 4 != 0) {
-      padded = Tensor::empty({NB, round_up(KB, 4)}, DType::kF32, MemTag::kWorkspace, alloc);
-      mls::cuda::check(kernels::launch_pad_scale_rows(scale.data<float>(), NB, KB, round_up(KB, 4),
-                                                      padded.data<float>(), stream),
-                       "linear: pad FP8 weight scales");
+    if (padded_floats > 0) {
+      mls::cuda::check(
+          kernels::launch_pad_scale_rows(scale.data<float>(), NB, KB, scratch::round_up(KB, 4),
+                                         padded.data<float>(), stream),
+          "linear: pad FP8 weight scales");
       p.w_scale = padded.data<float>();
     }
   }

@@ -307,7 +307,7 @@ TEST(LinearCuda, Fp8DecodeIsDeterministic) {
 }
 
 TEST(LinearCuda, WorkspaceIsAConstant) {
-  EXPECT_EQ(cuda::gemm_workspace_bytes(), 32LL << 20);
+  EXPECT_EQ(ops::linear_workspace_bytes(Device::cuda(0)), 32LL << 20);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/cuda/moe_kernels.h"
+#include "ops/scratch_sizes.h"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -343,27 +344,6 @@ __global__ void __launch_bounds__(kAlignWarps * 32)
   warp_place(in, begin, end, run + warp * E, src_token, dest_row);
 }
 
-// The one-CTA path: its warp count (per-warp counters fill at most 48 KiB of shared memory)
-// and the largest problem it takes (two 32-pair steps per warp; beyond that the three-kernel
-// path, spread over the GPU, is quicker despite its extra launches).
-int one_cta_warps(int E) {
-  const int nw = (48 * 1024 / 4 - (E + 1) - 32) / E;
-  return nw < 32 ? nw : 32;
-}
-constexpr int kOneCtaPairsPerWarp = 64;
-
-// The three-kernel path's pairs per warp: 128 (4 steps), more once there would be more than
-// 2048 warps, to bound hist at 2048·E counters.
-int align_chunk(int n) {
-  int chunk = (n + 2047) / 2048;
-  chunk = (chunk + 31) / 32 * 32;
-  return chunk < 128 ? 128 : chunk;
-}
-
-bool align_one_cta(int n, int E) {
-  return n <= one_cta_warps(E) * kOneCtaPairsPerWarp;
-}
-
 // --- moe_unpermute -------------------------------------------------------------------------
 
 constexpr int kUnpermuteThreads = 128;
@@ -490,26 +470,19 @@ cudaError_t launch_moe_route(const RouteArgs& a, cudaStream_t stream) {
   return route<32>(a, stream);
 }
 
-size_t moe_align_workspace_bytes(int64_t pairs, int E) {
-  if (pairs > kMoeMaxPairs || align_one_cta(static_cast<int>(pairs), E)) return 0;
-  const int chunk = align_chunk(static_cast<int>(pairs));
-  const int64_t W = (pairs + chunk - 1) / chunk;
-  return sizeof(int) * static_cast<size_t>(W * E + E);
-}
-
 cudaError_t launch_moe_align(const int32_t* ids, int64_t T, int k, int64_t s0, int64_t s1, int E,
                              int32_t* src_token, int32_t* dest_row, int32_t* offsets,
                              void* workspace, cudaStream_t stream) {
   if (E < 1 || E > kMoeMaxExperts || T * k > kMoeMaxPairs) return cudaErrorInvalidValue;
   const AlignIn in{ids, s0, s1, k, E, static_cast<int>(T * k)};
-  if (align_one_cta(in.n, E)) {
-    const int nw = one_cta_warps(E);
+  if (ops::scratch::moe_align_one_cta(in.n, E)) {
+    const int nw = ops::scratch::moe_one_cta_warps(E);
     const int chunk = ((in.n + nw - 1) / nw + 31) / 32 * 32;
     const size_t smem = sizeof(int) * (nw * E + E + 1 + 32);
     moe_align_one_cta<<<1, nw * 32, smem, stream>>>(in, chunk, src_token, dest_row, offsets);
     return cudaGetLastError();
   }
-  const int chunk = align_chunk(in.n);
+  const int chunk = ops::scratch::moe_align_chunk(in.n);
   const int W = (in.n + chunk - 1) / chunk;
   const unsigned blocks = static_cast<unsigned>((W + kAlignWarps - 1) / kAlignWarps);
   int* hist = static_cast<int*>(workspace);

@@ -38,9 +38,7 @@ struct RouteArgs {
 // chosen (descending biased score, ties to the lower expert id).
 cudaError_t launch_moe_route(const RouteArgs& a, cudaStream_t stream);
 
-// Device scratch that launch_moe_align needs for `pairs` = T·k pairs and E experts, in bytes.
-size_t moe_align_workspace_bytes(int64_t pairs, int E);
-
+// `workspace`: ops::scratch::moe_align_ints(T·k, E) ints.
 // ids i32 [t·s0 + i·s1] (t < T, i < k) → src_token [T·k], dest_row [T·k] (pair t·k + i) and
 // offsets [E + 1], grouped stably by expert. The CPU op rejects an id outside [0, E); here,
 // unable to raise, such a pair is dropped: dest_row −1, and rows offsets[E]..T·k of src_token

@@ -83,15 +83,13 @@ void moe_align(const Tensor& ids, int64_t num_experts, Tensor& src_token, Tensor
     raise<Unsupported>("moe_align on the GPU: {} experts (1 to {}), {} pairs (at most {})",
                        num_experts, kernels::kMoeMaxExperts, T * K, kernels::kMoeMaxPairs);
   const int E = static_cast<int>(num_experts);
-  const size_t scratch = kernels::moe_align_workspace_bytes(T * K, E);
+  const int64_t ints = scratch::moe_align_ints(T * K, E);
   Tensor ws;
-  if (scratch > 0)
-    ws = Tensor::empty({static_cast<int64_t>(scratch / sizeof(int32_t))}, DType::kI32,
-                       MemTag::kWorkspace, mls::cuda::allocator());
+  if (ints > 0) ws = Tensor::empty({ints}, DType::kI32, MemTag::kWorkspace, mls::cuda::allocator());
   mls::cuda::check(kernels::launch_moe_align(
                        ids.data<int32_t>(), T, static_cast<int>(K), ids.stride(0), ids.stride(1), E,
                        src_token.data<int32_t>(), dest_row.data<int32_t>(), offsets.data<int32_t>(),
-                       scratch > 0 ? ws.raw() : nullptr, mls::cuda::stream()),
+                       ints > 0 ? ws.raw() : nullptr, mls::cuda::stream()),
                    "moe_align");
 }
 

@@ -24,7 +24,7 @@ template <class Params>
 void set_pages(const char* op, const PagedKeys& pages, int64_t T, int64_t rows, const Tensor& out,
                Params& p) {
   if (!pages.block_tables) {
-    p.key_bound = rows;
+    p.key_bound = key_bound(pages, rows);
     return;
   }
   const Tensor& bt = *pages.block_tables;
@@ -43,7 +43,7 @@ void set_pages(const char* op, const PagedKeys& pages, int64_t T, int64_t rows, 
   p.max_blocks = bt.dim(1);
   p.token_seq = pages.token_seq->data<int32_t>();
   p.block_size = pages.block_size;
-  p.key_bound = std::min(pages.max_keys, bt.dim(1) * pages.block_size);
+  p.key_bound = key_bound(pages, rows);
 }
 
 }  // namespace mls::ops::cuda

@@ -1,0 +1,115 @@
+// The seed's scenario (DESIGN.md "The problem it is built around") on one H200: the GLM-5-shaped
+// FP8 model (bench/models/glm5-shaped, dummy weights) at tp = 8 with sequence parallelism, all
+// eight ranks on one GPU, --max-num-batched-tokens 8192 --gpu-memory-utilization 0.85, block
+// size 1 and 64. Start-up plans memory without error, every rank's profiled peak equals its
+// meta prediction to the byte, and then 8192-token prefills and max_num_seqs decodes run the KV
+// pool to exhaustion (preemption) with no step failing and no step above the plan. Skips
+// visibly without a GPU; takes minutes on the H200.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/memory_planner.h"
+#ifdef MLASERVE_CUDA_RUNTIME
+#include "core/cuda_allocator.h"
+#endif
+
+namespace mls {
+namespace {
+
+constexpr int kTp = 8;
+
+bool have_gpu() {
+#ifdef MLASERVE_CUDA_RUNTIME
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+RunnerOptions glm5_fp8_on_one_gpu(bool meta) {
+  return {.model = std::string(MLASERVE_SOURCE_DIR) + "/bench/models/glm5-shaped",
+          .load_format = LoadFormat::kDummy,
+          .tensor_parallel_size = kTp,
+          .sequence_parallel = true,
+          .device = Device::cuda(0),
+          .ranks_per_device = kTp,
+          .meta = meta};
+}
+
+class SeedScenario : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(SeedScenario, PlansExactlyAndServesToKvExhaustionWithinThePlan) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
+  const ServingLimits limits{.max_num_batched_tokens = 8192, .block_size = GetParam()};
+  ModelRunner runner(glm5_fp8_on_one_gpu(false));
+  const PlanBudget budget{.device_bytes = device_memory_bytes(runner.device()) / kTp,
+                          .utilization = 0.85,
+                          .kv_cache_memory_bytes = {}};
+  const MemoryPlan plan = plan_memory(runner, limits, budget, ProfileMode::kReal);
+  ModelRunner traced(glm5_fp8_on_one_gpu(true));
+  const MemoryPlan predicted = plan_memory(traced, limits, budget, ProfileMode::kMeta);
+  std::printf("%s", plan.report().c_str());
+  for (int r = 0; r < kTp; ++r) {
+    const RankPlan &real = plan.ranks[r], &meta = predicted.ranks[r];
+    EXPECT_EQ(real.weights_bytes, meta.weights_bytes) << "rank " << r;
+    EXPECT_EQ(real.prefill_peak_bytes, meta.prefill_peak_bytes) << "rank " << r;
+    EXPECT_EQ(real.decode_peak_bytes, meta.decode_peak_bytes) << "rank " << r;
+    EXPECT_EQ(real.long_chunk_peak_bytes, meta.long_chunk_peak_bytes) << "rank " << r;
+  }
+
+  apply_plan(runner, plan);
+  Engine engine(runner, {.limits = plan.limits});
+  std::mt19937 g(11);
+  int failed = 0, added = 0;
+  const auto add = [&](int64_t prompt_len, int64_t max_tokens) {
+    Request req;
+    req.id = std::to_string(added++);
+    for (int64_t j = 0; j < prompt_len; ++j) req.prompt_ids.push_back(2 + g() % 150000);
+    req.params.temperature = 0;
+    req.params.max_tokens = max_tokens;
+    req.params.ignore_eos = true;
+    req.on_token = [&failed](const TokenEvent& ev) {
+      failed += ev.error != nullptr;
+      return Verdict::kContinue;
+    };
+    engine.add_request(std::move(req));
+  };
+  // More 8192-token prompts than the pool holds, and max_num_seqs short ones decoding beside
+  // them: every step is a full prefill budget or a full decode batch, until blocks run out.
+  const int64_t prefills = plan.kv_tokens / 8192 + 16;
+  for (int64_t i = 0; i < prefills; ++i) add(8192 - 64, 64);
+  for (int64_t i = 0; i < plan.limits.max_num_seqs; ++i) add(32, 64);
+  std::vector<int64_t> between(kTp);
+  for (int r = 0; r < kTp; ++r) {
+    runner.allocator(r).reset_peaks();
+    between[r] = runner.allocator(r).stats().current_total;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int steps = 0;
+  while (engine.step()) ++steps;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(failed, 0) << "a step failed (out of memory past the plan?)";
+  EXPECT_GT(engine.stats().num_preemptions, 0) << "the pool should have been exhausted";
+  EXPECT_EQ(engine.stats().finished_requests, added);
+  for (int r = 0; r < kTp; ++r) {
+    const int64_t step_peak = runner.allocator(r).stats().peak_total - between[r];
+    EXPECT_LE(step_peak, plan.ranks[r].step_peak_bytes) << "rank " << r;
+    std::printf("rank %d: largest serving step %lld bytes, plan %lld\n", r,
+                static_cast<long long>(step_peak),
+                static_cast<long long>(plan.ranks[r].step_peak_bytes));
+  }
+  std::printf("block size %lld: %d requests, %d steps, %lld preemptions in %.1f s\n",
+              static_cast<long long>(GetParam()), added, steps,
+              static_cast<long long>(engine.stats().num_preemptions), s);
+}
+
+INSTANTIATE_TEST_SUITE_P(BlockSizes, SeedScenario, ::testing::Values(1, 64));
+
+}  // namespace
+}  // namespace mls

@@ -16,12 +16,14 @@ dequantised (../shared/GPU-NOTES.md).
 --write puts tests/data/<fixture>/transformers_error.json beside each fixture (check them in).
 """
 import argparse
+import collections
 import json
 import os
+import tempfile
 
 import torch
 import transformers
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 FIXTURES = ["tiny-glm5", "tiny-glm5-fp8", "tiny-dsv32", "tiny-dsv32-fp8", "tiny-dsv3",
             "tiny-dsv3-fp8"]
@@ -60,29 +62,73 @@ def quantise_input(module, args):
     return (q.reshape(*x.shape[:-1], -1)[..., :k].to(x.dtype),)
 
 
-def load(d):
-    weights = load_file(f"{d}/model.safetensors")
+# The reference semantics: eager attention and eager experts (a loop of per-expert linears).
+EAGER = {"attn_implementation": "eager", "experts_implementation": "eager"}
+
+
+def load(d, tmp_root):
     config = transformers.AutoConfig.from_pretrained(d)
-    fp8 = getattr(config, "quantization_config", None) is not None
-    if not fp8:
-        model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16)
-        return model.cuda().eval(), "bf16"
+    if getattr(config, "quantization_config", None) is None:
+        model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, **EAGER)
+        return model.cuda().eval(), "bf16", None
+    # transformers fuses the checkpoint's per-expert weights at load time, so the dequantised
+    # weights go through from_pretrained as a bf16 checkpoint of their own.
+    state, fp8_names = dequantised_state(load_file(f"{d}/model.safetensors"))
+    plain = os.path.join(tmp_root, os.path.basename(d))
+    os.makedirs(plain, exist_ok=True)
+    save_file(state, os.path.join(plain, "model.safetensors"))
     del config.quantization_config
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    state, fp8_names = dequantised_state(weights)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [m for m in missing if not m.endswith("rotary_emb.inv_freq")]:
-        raise SystemExit(f"{d}: missing {missing}, unexpected {unexpected}")
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear) and name + ".weight" in fp8_names:
-            mod.register_forward_pre_hook(quantise_input)
-    return model.cuda().eval(), "bf16, dequantised FP8 weights, emulated FP8 activations"
+    config.save_pretrained(plain)
+    model = transformers.AutoModelForCausalLM.from_pretrained(plain, dtype=torch.bfloat16, **EAGER)
+    model = model.cuda().eval()
+    # A parameter is FP8 when it holds weights of FP8 checkpoint tensors (fused experts
+    # included): every linear over it sees e4m3-quantised inputs.
+    fp8_params = {}
+    for name, p in model.named_parameters():
+        prefix = name.rsplit(".", 1)[0]
+        fused = any(n.startswith(prefix + ".") and n[len(prefix) + 1:].split(".")[0].isdigit()
+                    for n in fp8_names)
+        if name in fp8_names or fused:
+            fp8_params[p.untyped_storage().data_ptr()] = name
+    return model, "bf16, dequantised FP8 weights, emulated FP8 activations", fp8_params
+
+
+class Fp8Activations:
+    """Within the block, F.linear quantises its input when its weight lives in an FP8 parameter
+    (nn.Linear and the eager experts' per-expert slices alike); counts the hits per parameter."""
+
+    def __init__(self, fp8_params):
+        self.fp8_params, self.hits = fp8_params, collections.Counter()
+
+    def __enter__(self):
+        self.orig = torch.nn.functional.linear
+        def linear(x, w, b=None):
+            name = self.fp8_params.get(w.untyped_storage().data_ptr())
+            if name is not None:
+                self.hits[name] += 1
+                (x,) = quantise_input(None, (x,))
+            return self.orig(x, w, b)
+        torch.nn.functional.linear = linear
+        return self
+
+    def __exit__(self, *exc):
+        torch.nn.functional.linear = self.orig
 
 
 @torch.no_grad()
-def measure(name):
+def measure(name, tmp_root):
     d = f"tests/data/{name}"
-    model, precision = load(d)
+    model, precision, fp8_params = load(d, tmp_root)
+    with Fp8Activations(fp8_params or {}) as fp8:
+        rows = run_rows(model, d)
+    if fp8_params and set(fp8.hits) != set(fp8_params.values()):
+        raise SystemExit(f"{d}: FP8 activations not emulated for "
+                         f"{sorted(set(fp8_params.values()) - set(fp8.hits))}")
+    return {"transformers": transformers.__version__, "torch": torch.__version__,
+            "device": torch.cuda.get_device_name(), "precision": precision, "rows": rows}
+
+
+def run_rows(model, d):
     gold = load_file(f"{d}/golden.safetensors")
     rows = {}
     for i in range(4):
@@ -100,8 +146,7 @@ def measure(name):
         steps.append(res.logits[0, -1])
     got = torch.stack(steps).double().cpu()
     rows["decode"] = rel_err(got, gold["generate.step_logits"].double().reshape(got.shape))
-    return {"transformers": transformers.__version__, "torch": torch.__version__,
-            "device": torch.cuda.get_device_name(), "precision": precision, "rows": rows}
+    return rows
 
 
 def main():
@@ -111,8 +156,9 @@ def main():
     ap.add_argument("--out", help="all fixtures' figures as one JSON file")
     args = ap.parse_args()
     results = {}
+    tmp_root = tempfile.mkdtemp(prefix="hf-fixture-error-")
     for name in FIXTURES:
-        r = measure(name)
+        r = measure(name, tmp_root)
         results[name] = r
         print(json.dumps({"fixture": name, **r}), flush=True)
         if args.write:

@@ -70,7 +70,7 @@ struct ServeFlags {
   std::string allowed_headers = R"(["*"])";
   bool allow_credentials = false;
   double shutdown_timeout = 30;
-  server::HttpLimits limits;
+  server::HttpLimits http_limits;
 };
 
 // Every vLLM reasoning parser name that means "<think>...</think>".
@@ -98,7 +98,7 @@ void add_transport_flags(CLI::App* cmd, ServeFlags& f) {
                   "aborted")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  server::HttpLimits& l = f.limits;
+  server::HttpLimits& l = f.http_limits;
   const auto bytes = [&](const char* name, size_t& v, const char* what) {
     cmd->add_option(name, v, what)->transform(CLI::AsSizeValue(false))->capture_default_str();
   };
@@ -275,7 +275,7 @@ server::HttpOptions http_options(const ServeFlags& f) {
                  .uds = f.uds,
                  .ssl_certfile = f.ssl_certfile,
                  .ssl_keyfile = f.ssl_keyfile,
-                 .limits = f.limits};
+                 .limits = f.http_limits};
   o.api_keys = f.api_key;
   for (const char* env : {"VLLM_API_KEY", "MLASERVE_API_KEY"})
     if (const char* v = std::getenv(env); o.api_keys.empty() && v && *v) o.api_keys.push_back(v);

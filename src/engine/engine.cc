@@ -73,7 +73,8 @@ Engine::Engine(ModelRunner& runner, const EngineConfig& cfg)
       blocks_(runner.num_blocks(), runner.block_size(), cfg.enable_prefix_caching),
       scheduler_({cfg.max_num_batched_tokens, cfg.max_num_seqs}, blocks_,
                  runner.config().has_indexer),
-      sampler_(runner.config().vocab_size) {}
+      sampler_(runner.config().vocab_size),
+      seed_rng_(cfg.seed.value_or(0)) {}
 
 Engine::~Engine() = default;
 
@@ -99,7 +100,14 @@ void Engine::add_request(Request req) {
 
   auto rs = std::make_unique<RequestState>();
   rs->max_tokens = p.max_tokens > 0 ? p.max_tokens : mml - prompt_len;
-  rs->seed = p.seed ? *p.seed : std::random_device{}() * 0x100000001ULL ^ std::random_device{}();
+  if (p.seed) {
+    rs->seed = *p.seed;
+  } else if (cfg_.seed) {
+    std::lock_guard lock(seed_mu_);
+    rs->seed = seed_rng_();
+  } else {
+    rs->seed = std::random_device{}() * 0x100000001ULL ^ std::random_device{}();
+  }
   rs->stop_ids = p.stop_token_ids;
   if (!p.ignore_eos)
     for (int64_t e : runner_.config().eos_token_ids) rs->stop_ids.push_back(e);
@@ -165,6 +173,10 @@ bool Engine::step() {
   drain_inbox();
   const std::vector<ScheduledChunk>& chunks = scheduler_.schedule();
   if (!chunks.empty()) {
+    const Clock::time_point now = Clock::now();
+    for (const ScheduledChunk& c : chunks)
+      if (c.seq->request->timings.scheduled == Clock::time_point{})
+        c.seq->request->timings.scheduled = now;
     batch_.token_ids.clear();
     batch_.seqs.resize(chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -197,6 +209,7 @@ bool Engine::step() {
         sample_row(*sampled_[r], logits.data<float>() + static_cast<int64_t>(r) * vocab_);
     }
     retire_finished();
+    if (cfg_.on_step) cfg_.on_step(static_cast<int64_t>(batch_.token_ids.size()));
   }
   publish_stats();
   return has_work();

@@ -110,6 +110,7 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
       lo.format = opts.load_format;
       lo.parallel = {tp, r.index, comms_[r.index].get(), opts.sequence_parallel};
       lo.alloc = r.alloc.get();
+      lo.progress = opts.load_progress;
       r.model = Model::load(opts.model, lo);
     });
   } catch (...) {

@@ -30,6 +30,8 @@ struct RunnerOptions {
   // Trace only: every rank's allocator starts in meta mode, so weights get their true sizes but
   // no memory (planning a model that does not fit this machine).
   bool meta = false;
+  // Weight-loading progress of every rank (model/model_weights.h), e.g. a progress bar.
+  WeightLoadProgress load_progress = nullptr;
 };
 
 class ModelRunner {

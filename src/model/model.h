@@ -19,7 +19,8 @@ namespace mls {
 struct LoadOptions {
   LoadFormat format = LoadFormat::kAuto;
   ParallelContext parallel;
-  Allocator* alloc = nullptr;  // default_allocator() when null
+  Allocator* alloc = nullptr;             // default_allocator() when null
+  WeightLoadProgress progress = nullptr;  // optional
 };
 
 // Receives named intermediates ("embed", "layer.L", "final_norm") for conformance diffs.

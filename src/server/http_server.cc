@@ -9,6 +9,7 @@
 #include "server/chat_completions.h"
 #include "server/completions.h"
 #include "server/errors.h"
+#include "server/info_routes.h"
 #include "server/sse.h"
 
 namespace mls::server {
@@ -23,7 +24,8 @@ struct Route {
 constexpr Route kRoutes[] = {
     {"GET", "/health"},    {"GET", "/version"},         {"GET", "/metrics"},
     {"GET", "/v1/models"}, {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
-    {"POST", "/tokenize"}, {"POST", "/detokenize"},
+    {"POST", "/tokenize"}, {"POST", "/detokenize"},     {"GET", "/"},
+    {"GET", "/load"},      {"GET", "/v1/models/{id}"},
 };
 
 void send_error(httplib::Response& res, int status, const std::string& message,
@@ -248,6 +250,14 @@ void HttpServer::add_routes() {
   svr_->Post("/detokenize", wrap([](ServingContext& ctx, const httplib::Request& req) {
                return detokenize(ctx, req.body);
              }));
+  svr_->Get("/", wrap([](ServingContext& ctx, const httplib::Request&) {
+              return handle_chat_page(ctx);
+            }));
+  svr_->Get("/load",
+            wrap([](ServingContext& ctx, const httplib::Request&) { return handle_load(ctx); }));
+  svr_->Get(R"(/v1/models/(.+))", wrap([](ServingContext& ctx, const httplib::Request& req) {
+              return handle_model(ctx, req.matches[1]);
+            }));
 }
 
 int HttpServer::start() {

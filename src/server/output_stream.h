@@ -48,6 +48,7 @@ class EventChannel {
 struct StreamSpec {
   int first_choice = 0;  // choice index of sample 0
   int n = 1;
+  int64_t max_tokens = 0;  // the request's limit, for metrics (0: none given)
   bool skip_special_tokens = true;
   std::vector<std::string> stop;
   // Test-only scripted output (`serve --test-script`): these tokens replace the sampled ones

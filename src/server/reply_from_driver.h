@@ -25,7 +25,9 @@ Reply reply_from_driver(std::shared_ptr<RequestDriver> driver, std::shared_ptr<R
       responder->absorb(events);
       events.clear();
     }
-    reply.body = dump_json(responder->response(driver->prompt_tokens()));
+    nlohmann::json body = responder->response(driver->prompt_tokens());
+    if (nlohmann::json t = driver->timings(); !t.is_null()) body["timings"] = std::move(t);
+    reply.body = dump_json(body);
     return reply;
   }
   reply.content_type = "text/event-stream";
@@ -37,8 +39,10 @@ Reply reply_from_driver(std::shared_ptr<RequestDriver> driver, std::shared_ptr<R
           if (!write(sse_event(chunk))) return driver->abort();
         events.clear();
       }
-      if (const auto usage = responder->usage_chunk(driver->prompt_tokens()))
+      if (auto usage = responder->usage_chunk(driver->prompt_tokens())) {
+        if (nlohmann::json t = driver->timings(); !t.is_null()) (*usage)["timings"] = std::move(t);
         if (!write(sse_event(*usage))) return;
+      }
     } catch (const std::exception& e) {
       driver->abort();
       if (!write(sse_event({{"error", error_body(500, e.what())["error"]}}))) return;

@@ -8,9 +8,11 @@
 #include "cli/serve_command.h"
 #include "cli/text_commands.h"
 #include "core/error.h"
+#include "server/http_server.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"mlaserve: an inference server for MLA + MoE models (DeepSeek-V3/V3.2, GLM-5)"};
+  app.set_version_flag("--version", std::string("mlaserve ") + mls::server::version());
   app.require_subcommand(1);
   mls::cli::add_model_commands(app);
   mls::cli::add_text_commands(app);

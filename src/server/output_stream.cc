@@ -148,6 +148,7 @@ Verdict OutputStream::handle(const TokenEvent& ev) {
       out.logprobs.push_back(*ev.logprobs);
     }
     const Clock::time_point now = Clock::now();
+    out.at = now;
     if (s.num_tokens > 0 && metrics_)
       metrics_->observe_inter_token(std::chrono::duration<double>(now - s.last_token).count());
     s.last_token = now;

@@ -30,6 +30,7 @@ struct OutputEvent {
   std::vector<Logprobs> logprobs;  // one per token when the request asked for logprobs
   FinishReason finish = FinishReason::kNone;  // set on the choice's last event
   std::string error;                          // an internal failure ends the choice
+  Clock::time_point at{};  // when the engine produced its token (response timings)
 };
 
 // Events of every engine request of one HTTP request, in arrival order. Any thread.

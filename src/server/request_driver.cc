@@ -76,7 +76,8 @@ bool RequestDriver::next(std::vector<OutputEvent>& out) {
   for (size_t i = before; i < out.size(); ++i) {
     if (out[i].finish != FinishReason::kNone) ++num_finished_;
     if (out[i].token_ids.empty()) continue;
-    last_token_ = Clock::now();
+    // The engine-side time of the token: events reach this thread in batches.
+    last_token_ = out[i].at;
     if (completion_tokens_ == 0) first_token_ = last_token_;
     completion_tokens_ += static_cast<int64_t>(out[i].token_ids.size());
   }

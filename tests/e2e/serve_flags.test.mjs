@@ -176,7 +176,8 @@ for (const r of refused) {
 
 test('no-effect and implemented flag classes: golden start-up lines', async () => {
   const server =
-      await serve([DEMO, '--trust-remote-code', '--seed', '7', '--response-role', 'model']);
+      await serve([DEMO, '--trust-remote-code', '--seed', '7', '--response-role', 'model',
+                   '--enable-response-timings']);
   try {
     const lines = server.log().split('\n');
     const has = (suffix) => lines.some((l) => l.endsWith(suffix));
@@ -192,6 +193,12 @@ test('no-effect and implemented flag classes: golden start-up lines', async () =
       assert.ok(config.includes(part), `${part} missing from: ${config}`);
     const body = await chat(server.baseURL, DEMO);
     assert.equal(body.choices[0].message.role, 'model');
+    // llama-server's timings, from the engine-side token times.
+    const t = body.timings;
+    assert.equal(t.prompt_n, body.usage.prompt_tokens, JSON.stringify(t));
+    assert.equal(t.predicted_n, body.usage.completion_tokens, JSON.stringify(t));
+    assert.ok(t.prompt_ms > 0, JSON.stringify(t));
+    if (t.predicted_n > 1) assert.ok(t.predicted_ms > 0 && t.predicted_per_second > 0, JSON.stringify(t));
   } finally {
     assert.equal(await server.stop(), 0);
   }

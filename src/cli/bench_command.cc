@@ -41,8 +41,9 @@ struct BenchFlags {
   int iters = 3;
   bool synthetic_context = false;
   bool json = false;
-  double peak_bandwidth = kH200BytesPerSecond;
-  double peak_flops = 0;  // 0: by the checkpoint's dtype (default_peak_flops)
+  // The roofline's peaks. 0: the device's own (H200 figures on a GPU; none on the CPU).
+  double peak_bandwidth = 0;
+  double peak_flops = 0;
 };
 
 double seconds(Clock::duration d) {
@@ -195,7 +196,7 @@ struct Context {
   ModelRunner& runner;
   const BenchFlags& flags;
   Device device;
-  Peaks peaks;
+  std::optional<Peaks> peaks;  // none: no roofline (the CPU without --peak-* figures)
 
   std::optional<LayerTypeTimes> profile(const ForwardBatch& batch) {
     return profile_step(runner, batch, device);
@@ -212,7 +213,7 @@ Phase run_prefill(Context& cx, const Workload& w, std::vector<int32_t>& first_to
   for (const PrefillStep& s : steps) {
     const StepCost cost = step_cost(c, s.batch, cx.runner.tp_size(), cx.runner.sequence_parallel());
     ph.cost += cost;
-    ph.floor_s += floor_seconds(cost, cx.peaks);
+    if (cx.peaks) ph.floor_s += floor_seconds(cost, *cx.peaks);
   }
   for (int i = 0; i < cx.flags.warmup; ++i) cx.runner.forward(steps[0].batch);
   for (int it = 0; it < cx.flags.iters; ++it) {
@@ -246,7 +247,7 @@ Phase run_decode(Context& cx, const Workload& w, std::vector<int32_t> tokens) {
     const StepCost cost = step_cost(c, decode_step(w, w.input_len + k, tokens), cx.runner.tp_size(),
                                     cx.runner.sequence_parallel());
     ph.cost += cost;
-    ph.floor_s += floor_seconds(cost, cx.peaks);
+    if (cx.peaks) ph.floor_s += floor_seconds(cost, *cx.peaks);
   }
   // Greedy tokens drawn where the logits are, as the engine does: a step returns only ids.
   const std::vector<ops::RowSampling> greedy(tokens.size());
@@ -281,7 +282,20 @@ json layer_types_json(const std::optional<LayerTypeTimes>& times, const io::Mode
           {"final_norm_lm_head", entry(t.head, 1)}};
 }
 
-json roofline_json(const StepCost& cost, double floor_s, double measured_s, const Peaks& peaks) {
+json roofline_json(const StepCost& cost, double floor_s, double measured_s,
+                   const std::optional<Peaks>& peaks) {
+  if (!peaks)
+    return {{"weight_bytes", cost.weight_bytes},
+            {"kv_read_bytes", cost.kv_read_bytes},
+            {"kv_write_bytes", cost.kv_write_bytes},
+            {"bytes", cost.bytes()},
+            {"gemm_flops", cost.gemm_flops},
+            {"attention_flops", cost.attention_flops},
+            {"indexer_flops", cost.indexer_flops},
+            {"flops", cost.flops()},
+            {"floor_ms", nullptr},
+            {"bound", nullptr},
+            {"achieved", nullptr}};
   return {{"weight_bytes", cost.weight_bytes},
           {"kv_read_bytes", cost.kv_read_bytes},
           {"kv_write_bytes", cost.kv_write_bytes},
@@ -291,7 +305,7 @@ json roofline_json(const StepCost& cost, double floor_s, double measured_s, cons
           {"indexer_flops", cost.indexer_flops},
           {"flops", cost.flops()},
           {"floor_ms", floor_s * 1e3},
-          {"bound", compute_bound(cost, peaks) ? "compute" : "memory"},
+          {"bound", compute_bound(cost, *peaks) ? "compute" : "memory"},
           {"achieved", measured_s > 0 ? floor_s / measured_s : 0.0}};
 }
 
@@ -324,27 +338,28 @@ json run_one(Context& cx, int64_t batch, double load_s) {
   cx.runner.allocate_kv_cache(batch * per_seq, f.block_size);
   cx.runner.reset_broadcast_stats();
 
-  json out{
-      {"model", f.model},
-      {"model_type", io::model_type_name(c.family)},
-      {"fp8", c.quant.fp8},
-      {"device", cx.device.str()},
-      {"tensor_parallel_size", cx.runner.tp_size()},
-      {"sequence_parallel", cx.runner.sequence_parallel()},
-      {"batch", batch},
-      {"input_len", f.input_len},
-      {"output_len", f.output_len},
-      {"block_size", f.block_size},
-      {"max_num_batched_tokens", f.max_num_batched_tokens},
-      {"kv_cache_blocks", batch * per_seq},
-      {"synthetic_context", f.synthetic_context},
-      {"warmup", f.warmup},
-      {"iters", f.iters},
-      {"load_s", load_s},
-      {"decode_tokens", "argmax"},
-      {"peaks", {{"bytes_per_s", cx.peaks.bytes_per_s}, {"flops_per_s", cx.peaks.flops_per_s}}},
-      {"prefill", nullptr},
-      {"decode", nullptr}};
+  json out{{"model", f.model},
+           {"model_type", io::model_type_name(c.family)},
+           {"fp8", c.quant.fp8},
+           {"device", cx.device.str()},
+           {"tensor_parallel_size", cx.runner.tp_size()},
+           {"sequence_parallel", cx.runner.sequence_parallel()},
+           {"batch", batch},
+           {"input_len", f.input_len},
+           {"output_len", f.output_len},
+           {"block_size", f.block_size},
+           {"max_num_batched_tokens", f.max_num_batched_tokens},
+           {"kv_cache_blocks", batch * per_seq},
+           {"synthetic_context", f.synthetic_context},
+           {"warmup", f.warmup},
+           {"iters", f.iters},
+           {"load_s", load_s},
+           {"decode_tokens", "argmax"},
+           {"peaks", cx.peaks ? json{{"bytes_per_s", cx.peaks->bytes_per_s},
+                                     {"flops_per_s", cx.peaks->flops_per_s}}
+                              : json(nullptr)},
+           {"prefill", nullptr},
+           {"decode", nullptr}};
 
   // Without a prefill the first decode tokens are prompt-like ids (the cache holds what
   // KvCache::allocate left there).
@@ -408,6 +423,7 @@ void print_table(const json& r) {
   };
   auto roof = [](const json& p) {
     const json& rf = p["roofline"];
+    if (rf["floor_ms"].is_null()) return fmt::format("{:>10} {:>9}  {}", "-", "-", "-");
     return fmt::format("{:>10.4g} {:>8.3g}%  {}", rf["floor_ms"].get<double>(),
                        rf["achieved"].get<double>() * 100, rf["bound"].get<std::string>());
   };
@@ -419,9 +435,12 @@ void print_table(const json& r) {
   if (!dec.is_null())
     out += fmt::format("{:<8} {:>12.1f} {:>20} {:>20} {}\n", "decode",
                        dec["tokens_per_s"].get<double>(), "-", q(dec["tpot_ms"]), roof(dec));
-  out += fmt::format("floor: prefill per pass (all prompts), decode per step; at {}/s and {}/s\n",
-                     si(r["peaks"]["bytes_per_s"].get<double>(), "B"),
-                     si(r["peaks"]["flops_per_s"].get<double>(), "FLOP"));
+  if (r["peaks"].is_null())
+    out += "floor: none (no peak figures for this CPU; give --peak-bandwidth and --peak-flops)\n";
+  else
+    out += fmt::format("floor: prefill per pass (all prompts), decode per step; at {}/s and {}/s\n",
+                       si(r["peaks"]["bytes_per_s"].get<double>(), "B"),
+                       si(r["peaks"]["flops_per_s"].get<double>(), "FLOP"));
   for (const auto& [name, p] : {std::pair{"prefill pass", &pre}, std::pair{"decode step", &dec}})
     if (!p->is_null()) {
       const json& rf = (*p)["roofline"];
@@ -471,6 +490,10 @@ void run(const BenchFlags& f) {
   if (f.synthetic_context && f.output_len == 0)
     raise<InvalidArgument>("--synthetic-context measures decode only: give --output-len >= 1");
   const Device device = parse_device(f.device);
+  if (device.is_cpu() && (f.peak_bandwidth > 0) != (f.peak_flops > 0))
+    raise<InvalidArgument>(
+        "bench on the CPU: give both --peak-bandwidth and --peak-flops for a roofline, or "
+        "neither");
   const int64_t max_len = io::ModelConfig::load(f.model).max_position_embeddings;
   if (f.input_len + f.output_len > max_len)
     raise<InvalidArgument>("--input-len + --output-len = {} exceeds max_position_embeddings {}",
@@ -485,11 +508,13 @@ void run(const BenchFlags& f) {
   if (!runner.leader()) return runner.follow();
   const io::ModelConfig& c = runner.config();
   std::fprintf(stderr, "mlaserve bench: model loaded in %.1f s\n", load_s);
-  Context cx{.runner = runner,
-             .flags = f,
-             .device = device,
-             .peaks = {.bytes_per_s = f.peak_bandwidth,
-                       .flops_per_s = f.peak_flops > 0 ? f.peak_flops : default_peak_flops(c)}};
+  // The roofline of the device this runs on: the H200 data sheet on a GPU (or the given
+  // figures); on the CPU only figures the user gives, since its peaks are not known here.
+  std::optional<Peaks> peaks;
+  if (!device.is_cpu() || (f.peak_bandwidth > 0 && f.peak_flops > 0))
+    peaks = Peaks{.bytes_per_s = f.peak_bandwidth > 0 ? f.peak_bandwidth : kH200BytesPerSecond,
+                  .flops_per_s = f.peak_flops > 0 ? f.peak_flops : default_peak_flops(c)};
+  Context cx{.runner = runner, .flags = f, .device = device, .peaks = peaks};
   for (size_t i = 0; i < f.batch.size(); ++i) {
     const json r = run_one(cx, f.batch[i], load_s);
     if (f.json) {
@@ -541,11 +566,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--synthetic-context", f->synthetic_context,
                 "Skip the prefill: decode starts with --input-len tokens counted as cached");
   cmd->add_option("--peak-bandwidth", f->peak_bandwidth,
-                  "Roofline memory bandwidth in bytes/s (default 4.8e12, H200)")
+                  "Roofline memory bandwidth in bytes/s (default on a GPU 4.8e12, H200; none on "
+                  "the CPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--peak-flops", f->peak_flops,
-                  "Roofline FLOP/s (default: H200 dense 1979e12 for FP8 checkpoints, else "
-                  "989e12)")
+                  "Roofline FLOP/s (default on a GPU: H200 dense 1979e12 for FP8 checkpoints, "
+                  "else 989e12; none on the CPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", f->json, "One JSON object per batch size, one per line");
   cmd->callback([f] { run(*f); });

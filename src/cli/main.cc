@@ -10,6 +10,7 @@
 #include "cli/text_commands.h"
 #include "core/error.h"
 #include "parallel/world.h"
+#include "server/http_server.h"
 
 namespace {
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{"mlaserve: an inference server for MLA + MoE models (DeepSeek-V3/V3.2, GLM-5)"};
+  app.set_version_flag("--version", std::string("mlaserve ") + mls::server::version());
   app.require_subcommand(1);
   // Options of the whole job, accepted after the subcommand too.
   app.fallthrough();

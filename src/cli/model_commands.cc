@@ -9,13 +9,16 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "chat/chat_template.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "io/safetensors_writer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mls::cli {
 namespace {
@@ -137,6 +140,8 @@ void run_logits(const ModelFlags& f, const EngineFlags& e, const std::string& ou
 
 struct GenerateFlags {
   std::string prompt_file;
+  std::string prompt;  // text, tokenized with the model's tokenizer
+  std::string chat;    // a user message, rendered with the model's chat template
   int64_t max_tokens = 16;
   double temperature = 0.0;
   double top_p = 1.0;
@@ -147,12 +152,27 @@ struct GenerateFlags {
 };
 
 void run_generate(const ModelFlags& f, const EngineFlags& e, const GenerateFlags& g) {
-  if (f.prompt_ids.empty() == g.prompt_file.empty())
-    raise<InvalidArgument>("generate: give exactly one of --prompt-ids and --prompt-file");
-  const std::vector<std::vector<int32_t>> prompts =
-      g.prompt_file.empty()
-          ? std::vector<std::vector<int32_t>>{parse_id_list(f.prompt_ids, "--prompt-ids")}
-          : read_prompt_file(g.prompt_file);
+  const int given =
+      !f.prompt_ids.empty() + !g.prompt_file.empty() + !g.prompt.empty() + !g.chat.empty();
+  if (given != 1)
+    raise<InvalidArgument>(
+        "generate: give exactly one of --prompt-ids, --prompt-file, --prompt and --chat");
+  // Text in, text out: the model's tokenizer (and chat template for --chat).
+  std::optional<tok::Tokenizer> tokenizer;
+  if (!g.prompt.empty() || !g.chat.empty()) tokenizer = tok::Tokenizer::from_dir(f.model);
+  std::vector<std::vector<int32_t>> prompts;
+  if (!g.prompt.empty()) {
+    prompts.push_back(tokenizer->encode(g.prompt, true));
+  } else if (!g.chat.empty()) {
+    const chat::ChatTemplate tmpl = chat::ChatTemplate::from_dir(f.model);
+    const nlohmann::ordered_json request = {{"messages", {{{"role", "user"}, {"content", g.chat}}}},
+                                            {"add_generation_prompt", true}};
+    prompts.push_back(tokenizer->encode(chat::render_chat(tmpl, request), false));
+  } else if (!g.prompt_file.empty()) {
+    prompts = read_prompt_file(g.prompt_file);
+  } else {
+    prompts.push_back(parse_id_list(f.prompt_ids, "--prompt-ids"));
+  }
   std::unique_ptr<ModelRunner> runner = load_runner(f);
   if (!runner->leader()) return runner->follow();
   const int64_t mml = e.limits.max_model_len > 0 ? e.limits.max_model_len
@@ -193,6 +213,19 @@ void run_generate(const ModelFlags& f, const EngineFlags& e, const GenerateFlags
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
 
   const EngineStats st = engine.stats();
+  if (tokenizer) {
+    // Decoded output; the chat form leaves out special tokens, as the server's answers do.
+    const std::string text = tokenizer->decode(outputs[0], !g.chat.empty());
+    if (g.json)
+      std::printf("%s\n", nlohmann::json{{"output_ids", outputs[0]},
+                                         {"text", text},
+                                         {"finish_reason", finish_reason_name(finish[0])}}
+                              .dump()
+                              .c_str());
+    else
+      std::printf("%s\n", text.c_str());
+    return;
+  }
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (!g.json)
       std::printf("%s\n", fmt::format("{}", fmt::join(outputs[i], ",")).c_str());
@@ -241,10 +274,17 @@ void add_model_commands(CLI::App& app) {
     auto flags = std::make_shared<ModelFlags>();
     auto engine = std::make_shared<EngineFlags>();
     auto gen = std::make_shared<GenerateFlags>();
-    CLI::App* cmd = app.add_subcommand("generate", "Generate from token ids");
+    CLI::App* cmd =
+        app.add_subcommand("generate", "Generate from text, a chat message or token ids");
     add_model_flags(cmd, *flags);
     add_engine_flags(cmd, *engine);
     cmd->add_option("--prompt-ids", flags->prompt_ids, "Comma-separated token ids, e.g. 3,17,42");
+    cmd->add_option(
+        "--prompt", gen->prompt,
+        "Prompt text (tokenized with the model's tokenizer); prints the decoded output");
+    cmd->add_option("--chat", gen->chat,
+                    "A user message rendered with the model's chat template; prints the decoded "
+                    "answer");
     cmd->add_option("--prompt-file", gen->prompt_file,
                     "One JSON list of token ids per line, run as one batch");
     cmd->add_option("--max-tokens", gen->max_tokens, "Tokens to generate")

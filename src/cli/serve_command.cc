@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -14,16 +16,20 @@
 #include <vector>
 
 #include "chat/chat_template.h"
-#include "chat/tool_parser.h"
+#include "cli/hf_cache.h"
+#include "cli/load_progress.h"
+#include "cli/serve_flags.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/engine.h"
 #include "engine/memory_planner.h"
 #include "engine/model_runner.h"
+#include "engine/serving_limits.h"
 #include "parallel/world.h"
 #include "server/cors.h"
+#include "io/model_config.h"
 #include "server/engine_loop.h"
-#include "server/http_limits.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/serving_context.h"
@@ -33,159 +39,144 @@ namespace mls::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
 
 // Until the memory planner lands, the KV pool defaults to this much.
 constexpr int64_t kDefaultKvBytes = int64_t{256} << 20;
+// How often a log (not a terminal) gets a weight-loading progress line.
+constexpr auto kProgressInterval = std::chrono::seconds(5);
 
-struct ServeFlags {
-  std::string model_positional;
-  std::string model;
-  std::string host = "0.0.0.0";
-  int port = 8000;
-  std::vector<std::string> served_model_name;
-  int tensor_parallel_size = 1;
-  bool sequence_parallel = false;
-  double gpu_memory_utilization = 0.9;
-  int64_t kv_cache_memory_bytes = 0;
-  ServingLimits limits;
-  int ranks_per_device = 1;
-  bool enforce_eager = false;
-  bool no_enable_prefix_caching = false;
-  std::string load_format = "auto";
-  std::string device = "auto";
-  std::string chat_template;
-  bool enable_auto_tool_choice = false;
-  std::string tool_call_parser;
-  std::string reasoning_parser;
-  std::string generation_config = "auto";
-  std::string test_script;
-  // The transport and its security surface (docs/server.md).
-  std::vector<std::string> api_key;
-  std::string uds;
-  std::string ssl_keyfile;
-  std::string ssl_certfile;
-  std::string root_path;
-  std::string allowed_origins = R"(["*"])";
-  std::string allowed_methods = R"(["*"])";
-  std::string allowed_headers = R"(["*"])";
-  bool allow_credentials = false;
-  double shutdown_timeout = 30;
-  server::HttpLimits http_limits;
+// Everything about the command line that can be checked without reading weights.
+struct Checked {
+  fs::path model_dir;
+  fs::path tokenizer_dir;
+  io::ModelConfig config;
+  Device device;
+  server::GenerationDefaults defaults;
+  std::string generation_source;
+  std::string chat_template_source;
 };
 
-// Every vLLM reasoning parser name that means "<think>...</think>".
-const std::vector<std::string> kThinkParsers = {"deepseek_r1", "deepseek_v3", "glm45", "qwen3"};
-
-// The transport's flags: security (vLLM's names), limits (HttpLimits holds each default) and the
-// drain deadline.
-void add_transport_flags(CLI::App* cmd, ServeFlags& f) {
-  cmd->add_option("--api-key", f.api_key,
-                  "Bearer key(s) required on /v1/*, /tokenize, /detokenize (default: "
-                  "$VLLM_API_KEY, else $MLASERVE_API_KEY)");
-  cmd->add_option("--uds", f.uds, "Listen on this Unix socket instead of --host/--port");
-  cmd->add_option("--ssl-keyfile", f.ssl_keyfile, "TLS private key (PEM)");
-  cmd->add_option("--ssl-certfile", f.ssl_certfile, "TLS certificate chain (PEM)");
-  cmd->add_option("--root-path", f.root_path, "Route prefix left by a proxy (stripped)");
-  cmd->add_option("--allowed-origins", f.allowed_origins, "CORS origins (JSON list)")
-      ->capture_default_str();
-  cmd->add_option("--allowed-methods", f.allowed_methods, "CORS methods (JSON list)")
-      ->capture_default_str();
-  cmd->add_option("--allowed-headers", f.allowed_headers, "CORS request headers (JSON list)")
-      ->capture_default_str();
-  cmd->add_flag("--allow-credentials", f.allow_credentials, "CORS: allow credentials");
-  cmd->add_option("--shutdown-timeout", f.shutdown_timeout,
-                  "Seconds requests in flight may run on after SIGTERM/SIGINT before they are "
-                  "aborted")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  server::HttpLimits& l = f.http_limits;
-  const auto bytes = [&](const char* name, size_t& v, const char* what) {
-    cmd->add_option(name, v, what)->transform(CLI::AsSizeValue(false))->capture_default_str();
-  };
-  const auto seconds = [&](const char* name, std::chrono::seconds& v, const char* what) {
-    return cmd
-        ->add_option_function<int64_t>(
-            name, [&v](int64_t s) { v = std::chrono::seconds(s); }, what)
-        ->check(CLI::PositiveNumber)
-        ->default_str(std::to_string(v.count()));
-  };
-  bytes("--h11-max-incomplete-event-size", l.max_header_bytes,
-        "Request line and headers, bytes (431 beyond)");
-  cmd->add_option("--h11-max-header-count", l.max_header_count, "Header fields (431 beyond)")
-      ->capture_default_str();
-  bytes("--max-uri-length", l.max_uri_bytes, "Request target, bytes (414 beyond)");
-  bytes("--max-request-body-bytes", l.max_body_bytes,
-        "Request body under any framing, bytes (413 beyond)");
-  seconds("--max-header-seconds", l.header_timeout,
-          "From accept (or a kept-alive request's first byte) to the end of the headers");
-  seconds("--max-body-seconds", l.body_timeout, "Reading a request body");
-  seconds("--max-keep-alive-seconds", l.keep_alive_timeout, "Idle kept-alive connection")
-      ->envname("VLLM_HTTP_TIMEOUT_KEEP_ALIVE");
-  seconds("--max-send-stall-seconds", l.send_timeout,
-          "A write that makes no progress ends the connection");
-  cmd->add_option("--max-connections", l.max_connections, "Open connections (503 beyond)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-connections-per-peer", l.max_connections_per_peer,
-                  "Open connections from one address (503 beyond)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+fs::path bundled_demo_model() {
+  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "models" / "demo-glm5";
 }
 
-void add_flags(CLI::App* cmd, ServeFlags& f) {
-  cmd->add_option("model_tag", f.model_positional, "Model directory (same as --model)");
-  cmd->add_option("--model", f.model, "Model directory (config.json, safetensors, tokenizer)");
-  cmd->add_option("--host", f.host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", f.port, "Port to listen on")->capture_default_str();
-  cmd->add_option("--served-model-name", f.served_model_name,
-                  "Model name(s) clients use (default: the model path as given)");
-  cmd->add_option("--tensor-parallel-size", f.tensor_parallel_size, "Ranks (one device each)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_flag("--sequence-parallel", f.sequence_parallel,
-                "Shard tokens across ranks between layers");
-  cmd->add_option("--ranks-per-device", f.ranks_per_device,
-                  "1 (one GPU per rank), or --tensor-parallel-size: every rank on one GPU, each "
-                  "planned with its share of the GPU's memory")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
-                  "Fraction of the GPU's memory to use (0.9); the memory planner applies it")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--kv-cache-memory-bytes", f.kv_cache_memory_bytes,
-                  "KV cache size in bytes (suffixes K, M, G, KiB, MiB, GiB accepted)")
-      ->transform(CLI::AsSizeValue(false));
-  cmd->add_option("--max-model-len", f.limits.max_model_len,
-                  "Longest sequence (default: max_position_embeddings, capped to the KV pool)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-batched-tokens", f.limits.max_num_batched_tokens,
-                  "Token budget per step")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-num-seqs", f.limits.max_num_seqs, "Sequences per step")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--block-size", f.limits.block_size, "Tokens per KV block")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_flag("--enforce-eager", f.enforce_eager, "Accepted for vLLM compatibility (no graphs)");
-  cmd->add_flag("--no-enable-prefix-caching", f.no_enable_prefix_caching, "Disable prefix caching");
-  cmd->add_option("--load-format", f.load_format, "auto | dummy (random weights from config)");
-  cmd->add_option("--device", f.device, "auto (default: cuda when a GPU exists), cpu, cuda[:N]");
-  cmd->add_option("--chat-template", f.chat_template,
-                  "Chat template file (or the template text) replacing the model's");
-  cmd->add_flag("--enable-auto-tool-choice", f.enable_auto_tool_choice,
-                "Let the model decide to call tools (tool_choice auto)");
-  cmd->add_option("--tool-call-parser", f.tool_call_parser, "Tool-call output format")
-      ->check(CLI::IsMember(chat::tool_parser_names()));
-  cmd->add_option("--reasoning-parser", f.reasoning_parser,
-                  "Split <think> reasoning out of the content")
-      ->check(CLI::IsMember(kThinkParsers));
-  cmd->add_option("--generation-config", f.generation_config,
-                  "auto: sampling defaults from generation_config.json; vllm: none")
-      ->check(CLI::IsMember({"auto", "vllm"}));
-  // Test-only: the model "says" the tokenization of this file instead of sampling.
-  cmd->add_option("--test-script", f.test_script)->group("");
-  add_transport_flags(cmd, f);
+// Applies --override-generation-config over the defaults.
+void apply_generation_overrides(server::GenerationDefaults& d, const ojson& o) {
+  for (const auto& [k, v] : o.items()) {
+    const double x = v.get<double>();
+    if (k == "temperature") d.temperature = x;
+    if (k == "top_p") d.top_p = x;
+    if (k == "min_p") d.min_p = x;
+    if (k == "repetition_penalty") d.repetition_penalty = x;
+    if (k == "top_k") d.top_k = static_cast<int64_t>(x);
+    if (k == "max_new_tokens") d.max_tokens = static_cast<int64_t>(x);
+  }
+}
+
+std::string describe_defaults(const server::GenerationDefaults& d) {
+  std::string s;
+  const auto add = [&](const char* k, const auto& v) {
+    if (v) s += fmt::format("{}{}={}", s.empty() ? "" : ",", k, *v);
+  };
+  add("temperature", d.temperature);
+  add("top_p", d.top_p);
+  add("top_k", d.top_k);
+  add("min_p", d.min_p);
+  add("repetition_penalty", d.repetition_penalty);
+  add("max_tokens", d.max_tokens);
+  return s.empty() ? "none" : s;
+}
+
+// Every check that needs no weights, each problem added to `errors`: the model and tokenizer
+// found, config.json valid, the limits within the model's, the device known.
+Checked check(ServeFlags& f, std::vector<std::string>& errors) {
+  Checked c;
+  if (f.model.empty()) {
+    c.model_dir = bundled_demo_model();
+    if (!fs::is_directory(c.model_dir)) {
+      errors.push_back(
+          fmt::format("no model given (serve MODEL) and the bundled demo model is not at {}",
+                      c.model_dir.string()));
+      return c;
+    }
+    f.model = c.model_dir.string();
+  } else {
+    try {
+      c.model_dir = resolve_model_dir(f.model, f.revision, f.download_dir);
+    } catch (const Error& e) {
+      errors.push_back(e.what());
+    }
+  }
+  if (f.served_model_name.empty()) f.served_model_name.push_back(f.model);
+  try {
+    c.device = parse_device(f.device);
+  } catch (const Error& e) {
+    errors.push_back(fmt::format("--device {}: {}", f.device, e.what()));
+  }
+  if (!c.model_dir.empty()) {
+    try {
+      c.config = io::ModelConfig::load(c.model_dir);
+      const int64_t mpe = c.config.max_position_embeddings;
+      if (f.max_model_len > mpe)
+        errors.push_back(
+            fmt::format("--max-model-len {}: longer than the model's max_position_embeddings ({})",
+                        f.max_model_len, mpe));
+      const std::string own = c.config.quant.fp8 ? "fp8" : "none";
+      if (!f.quantization.empty() && f.quantization != own)
+        errors.push_back(fmt::format(
+            "--quantization {}: this checkpoint is {}; checkpoints are served as they ship, "
+            "never quantised on the fly: drop --quantization{}",
+            f.quantization, c.config.quant.fp8 ? "block-FP8" : "not quantised (bf16)",
+            c.config.quant.fp8 ? " or pass fp8" : ""));
+      if (c.config.num_attention_heads % f.tensor_parallel_size != 0)
+        errors.push_back(
+            fmt::format("--tensor-parallel-size {}: must divide the model's {} attention heads",
+                        f.tensor_parallel_size, c.config.num_attention_heads));
+    } catch (const Error& e) {
+      errors.push_back(e.what());
+    }
+  }
+  if (!f.tokenizer.empty()) {
+    try {
+      c.tokenizer_dir = resolve_model_dir(f.tokenizer, "", f.download_dir);
+    } catch (const Error& e) {
+      errors.push_back(fmt::format("--tokenizer {}: {}", f.tokenizer, e.what()));
+    }
+  } else {
+    c.tokenizer_dir = c.model_dir;
+  }
+  if (!c.tokenizer_dir.empty() && !fs::exists(c.tokenizer_dir / "tokenizer.json"))
+    errors.push_back(fmt::format("no tokenizer.json in {}{}", c.tokenizer_dir.string(),
+                                 f.tokenizer.empty() ? " (pass --tokenizer DIR)" : ""));
+  if (f.generation_config == "auto" || f.generation_config == "vllm") {
+    if (!c.model_dir.empty()) {
+      c.defaults = server::GenerationDefaults::load(c.model_dir, f.generation_config);
+      c.generation_source = f.generation_config == "vllm"
+                                ? "vllm (none)"
+                                : (c.model_dir / "generation_config.json").string();
+    }
+  } else if (!fs::exists(fs::path(f.generation_config) / "generation_config.json")) {
+    errors.push_back(fmt::format(
+        "--generation-config {}: expected auto, vllm or a directory with generation_config.json",
+        f.generation_config));
+  } else {
+    c.defaults = server::GenerationDefaults::load(f.generation_config, "auto");
+    c.generation_source = (fs::path(f.generation_config) / "generation_config.json").string();
+  }
+  apply_generation_overrides(c.defaults, f.override_generation_config);
+  if (!f.override_generation_config.empty()) c.generation_source += " + overrides";
+  if (!f.test_script.empty() && !fs::exists(f.test_script))
+    errors.push_back(fmt::format("--test-script {}: no such file", f.test_script));
+  if (!f.chat_template.empty())
+    c.chat_template_source = fs::exists(f.chat_template)
+                                 ? "--chat-template " + f.chat_template
+                                 : std::string("--chat-template (inline text)");
+  else if (fs::exists(c.tokenizer_dir / "chat_template.jinja"))
+    c.chat_template_source = (c.tokenizer_dir / "chat_template.jinja").string();
+  else
+    c.chat_template_source = (c.tokenizer_dir / "tokenizer_config.json").string();
+  return c;
 }
 
 std::string human_bytes(double b) {
@@ -198,27 +189,41 @@ std::string human_bytes(double b) {
   return fmt::format("{:.2f} {}", b, units[u]);
 }
 
-RunnerOptions runner_options(const ServeFlags& f, const std::string& model) {
-  return {.model = model,
-          .load_format = parse_load_format(f.load_format),
-          .tensor_parallel_size = f.tensor_parallel_size,
-          .sequence_parallel = f.sequence_parallel,
-          .device = parse_device(f.device),
-          .ranks_per_device = f.ranks_per_device};
-}
-
-std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const std::string& model) {
+std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const Checked& c) {
   int files = 0;
   uintmax_t bytes = 0;
-  for (const auto& e : fs::directory_iterator(model))
+  for (const auto& e : fs::directory_iterator(c.model_dir))
     if (e.path().extension() == ".safetensors") {
       ++files;
       bytes += e.file_size();
     }
-  MLS_LOG_INFO("Loading weights from {}: {} safetensors file(s), {}", model, files,
+  MLS_LOG_INFO("Loading weights from {}: {} safetensors file(s), {}", c.model_dir.string(), files,
                human_bytes(static_cast<double>(bytes)));
+  const bool terminal = isatty(STDERR_FILENO) == 1;
+  LoadProgress progress(
+      files, f.tensor_parallel_size, terminal,
+      [terminal](const std::string& line) {
+        if (terminal) {
+          std::fputs(line.c_str(), stderr);
+          std::fflush(stderr);
+        } else {
+          MLS_LOG_INFO("{}", line);
+        }
+      },
+      kProgressInterval);
   const auto t0 = std::chrono::steady_clock::now();
-  auto runner = std::make_unique<ModelRunner>(runner_options(f, model));
+  auto runner = std::make_unique<ModelRunner>(
+      RunnerOptions{.model = c.model_dir,
+                    .load_format = parse_load_format(f.load_format),
+                    .tensor_parallel_size = f.tensor_parallel_size,
+                    .sequence_parallel = f.sequence_parallel,
+                    .device = c.device,
+                    .ranks_per_device = f.ranks_per_device,
+                    .meta = false,
+                    .load_progress = [&progress](int rank, int64_t done, int64_t total) {
+                      progress.update(rank, done, total);
+                    }});
+  if (terminal) std::fputs("\n", stderr);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MLS_LOG_INFO(
       "Loading weights took {:.2f} s ({}/s); weights use {} per rank", s,
@@ -233,30 +238,32 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const std::string& 
 // is traced (meta) and the KV budget defaults to kDefaultKvBytes (host memory is shared with
 // everything else). --kv-cache-memory-bytes overrides the budget on any device.
 MemoryPlan allocate_kv(ModelRunner& runner, const ServeFlags& f) {
+  const ServingLimits limits{.max_num_batched_tokens = f.max_num_batched_tokens,
+                             .max_num_seqs = f.max_num_seqs,
+                             .max_model_len = f.max_model_len,
+                             .block_size = f.block_size};
   const bool cpu = runner.device().is_cpu();
-  PlanBudget budget{
-      .device_bytes = device_memory_bytes(runner.device()) / runner.ranks_per_device(),
-      .utilization = f.gpu_memory_utilization,
-      .kv_cache_memory_bytes = {}};
+  PlanBudget budget{.device_bytes = device_memory_bytes(runner.device()) / runner.ranks_per_device(),
+                    .utilization = f.gpu_memory_utilization,
+                    .kv_cache_memory_bytes = {}};
   if (f.kv_cache_memory_bytes > 0)
     budget.kv_cache_memory_bytes = f.kv_cache_memory_bytes;
   else if (cpu)
     budget.kv_cache_memory_bytes = kDefaultKvBytes;
   const MemoryPlan plan =
-      plan_memory(runner, f.limits, budget, cpu ? ProfileMode::kMeta : ProfileMode::kReal);
+      plan_memory(runner, limits, budget, cpu ? ProfileMode::kMeta : ProfileMode::kReal);
   std::istringstream lines(plan.report());
   for (std::string line; std::getline(lines, line);) MLS_LOG_INFO("{}", line);
   apply_plan(runner, plan);
   return plan;
 }
 
-std::optional<chat::ChatTemplate> load_chat_template(const ServeFlags& f,
-                                                     const std::string& model) {
+std::optional<chat::ChatTemplate> load_chat_template(const ServeFlags& f, const fs::path& dir) {
   try {
-    if (f.chat_template.empty()) return chat::ChatTemplate::from_dir(model);
-    if (fs::exists(f.chat_template)) return chat::ChatTemplate::from_dir(model, f.chat_template);
+    if (f.chat_template.empty()) return chat::ChatTemplate::from_dir(dir);
+    if (fs::exists(f.chat_template)) return chat::ChatTemplate::from_dir(dir, f.chat_template);
     // Not a file: the template text itself, as vLLM accepts.
-    const tok::TokenizerConfig cfg = tok::TokenizerConfig::from_dir(model);
+    const tok::TokenizerConfig cfg = tok::TokenizerConfig::from_dir(dir);
     return chat::ChatTemplate(f.chat_template, {{"bos_token", cfg.bos_token},
                                                 {"eos_token", cfg.eos_token},
                                                 {"pad_token", cfg.pad_token},
@@ -266,6 +273,42 @@ std::optional<chat::ChatTemplate> load_chat_template(const ServeFlags& f,
     MLS_LOG_WARN("no chat template ({}); /v1/chat/completions will answer 400", e.what());
     return std::nullopt;
   }
+}
+
+// The effective configuration: one start-up line and what /load and /v1/models/{id} report.
+ojson effective_config(const ServeFlags& f, const Checked& c, const ModelRunner& runner,
+                       const EngineConfig& engine) {
+  const bool cpu = runner.device().is_cpu();
+  return ojson{{"model", c.model_dir.string()},
+               {"served_model_name", f.served_model_name},
+               {"device", runner.device().str()},
+               {"dtype", cpu ? "float32" : "bfloat16"},
+               {"kv_cache_dtype", cpu ? "float32" : "bfloat16"},
+               {"tensor_parallel_size", f.tensor_parallel_size},
+               {"sequence_parallel", f.sequence_parallel},
+               {"block_size", runner.block_size()},
+               {"num_kv_blocks", runner.num_blocks()},
+               {"max_model_len", engine.limits.max_model_len},
+               {"max_num_seqs", engine.limits.max_num_seqs},
+               {"max_num_batched_tokens", engine.limits.max_num_batched_tokens},
+               {"enable_prefix_caching", engine.enable_prefix_caching},
+               {"seed", f.seed ? ojson(*f.seed) : ojson("random")},
+               {"tool_call_parser", f.tool_call_parser.empty() ? "none" : f.tool_call_parser},
+               {"enable_auto_tool_choice", f.enable_auto_tool_choice},
+               {"reasoning_parser", f.reasoning_parser.empty() ? "none" : f.reasoning_parser},
+               {"chat_template", c.chat_template_source},
+               {"generation_config", c.generation_source},
+               {"generation_defaults", describe_defaults(c.defaults)},
+               {"response_role", f.response_role},
+               {"ui", !f.disable_ui}};
+}
+
+std::string config_line(const ojson& cfg) {
+  std::string line;
+  for (const auto& [k, v] : cfg.items())
+    line += fmt::format("{}{}={}", line.empty() ? "" : " ", k,
+                        v.is_string() ? v.get<std::string>() : v.dump());
+  return "Effective configuration: " + line;
 }
 
 server::HttpOptions http_options(const ServeFlags& f) {
@@ -299,33 +342,34 @@ sigset_t shutdown_signals() {
   return set;
 }
 
-void run_serve(ServeFlags f) {
-  std::string model = !f.model.empty() ? f.model : f.model_positional;
-  if (model.empty()) {
-    // No model named: the bundled demo model, found relative to build/mlaserve.
-    const fs::path bundled =
-        fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "models" / "demo-glm5";
-    if (!fs::is_directory(bundled))
-      raise<InvalidArgument>(
-          "serve: give the model directory (--model DIR); the bundled demo "
-          "model was not found at {}",
-          bundled.string());
-    model = bundled.string();
+void run_serve(const std::vector<std::string>& args) {
+  ParsedServe parsed = parse_serve_args(args);
+  ServeFlags& f = parsed.flags;
+  if (f.help || f.flags_markdown) {
+    std::fputs((f.help ? serve_help() : flags_markdown()).c_str(), stdout);
+    return;
   }
-  if (!f.model.empty() && !f.model_positional.empty() && f.model != f.model_positional)
-    raise<InvalidArgument>("serve: the positional model '{}' and --model '{}' differ",
-                           f.model_positional, f.model);
-  if (!fs::is_directory(model)) raise<InvalidArgument>("--model {}: not a directory", model);
-  if (f.enable_auto_tool_choice && f.tool_call_parser.empty())
-    raise<InvalidArgument>("--enable-auto-tool-choice needs --tool-call-parser");
-  if (f.served_model_name.empty()) f.served_model_name.push_back(model);
+  std::vector<std::string> errors = std::move(parsed.errors);
+  Checked c = check(f, errors);
+  if (!errors.empty()) {
+    std::string msg =
+        fmt::format("serve: {} problem{} with the command line (nothing loaded):", errors.size(),
+                    errors.size() == 1 ? "" : "s");
+    for (const std::string& e : errors) msg += "\n  - " + e;
+    raise<InvalidArgument>("{}", msg);
+  }
+  set_log_level(f.log_level != "info" ? f.log_level : f.uvicorn_log_level);
+  if (f.distributed_timeout_seconds > 0)
+    World::get().set_timeout(
+        std::chrono::milliseconds(static_cast<int64_t>(f.distributed_timeout_seconds * 1e3)));
+  for (const std::string& note : f.no_effect_notes) MLS_LOG_WARN("{}", note);
 
   const sigset_t signals = shutdown_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (!World::get().leader()) {
     // A follower process under mpirun: no HTTP server; SIGTERM stays blocked, the leader's
     // drain ends the job (docs/multi-node.md).
-    ModelRunner(runner_options(f, model)).follow();
+    load_model(f, c)->follow();
     return;
   }
 
@@ -334,35 +378,58 @@ void run_serve(ServeFlags f) {
   MLS_LOG_INFO("mlaserve {} listening on {} (loading the model; /health is 503 until ready)",
                server::version(), http.url(port));
 
-  std::unique_ptr<ModelRunner> runner = load_model(f, model);
+  std::unique_ptr<ModelRunner> runner = load_model(f, c);
   const MemoryPlan plan = allocate_kv(*runner, f);
-  Engine engine(*runner,
-                {.limits = plan.limits, .enable_prefix_caching = !f.no_enable_prefix_caching});
-  MLS_LOG_INFO("serving limits: {}", engine.config().limits.str());
-  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(model);
-  const std::optional<chat::ChatTemplate> tmpl = load_chat_template(f, model);
+  server::Metrics* metrics_ptr = nullptr;
+  Engine engine(*runner, {.limits = plan.limits,
+                          .enable_prefix_caching = f.enable_prefix_caching,
+                          .device_sampling = true,
+                          .seed = f.seed,
+                          .on_step = [&metrics_ptr](int64_t tokens) {
+                            if (metrics_ptr) metrics_ptr->observe_iteration(tokens);
+                          }});
+  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(c.tokenizer_dir);
+  const std::optional<chat::ChatTemplate> tmpl = load_chat_template(f, c.tokenizer_dir);
 
+  const ojson cfg = effective_config(f, c, *runner, engine.config());
   server::ServingOptions opts{
       .served_model_names = f.served_model_name,
-      .model_path = model,
+      .model_path = c.model_dir.string(),
       .tool_call_parser = f.tool_call_parser,
       .reasoning_parser = f.reasoning_parser,
       .enable_auto_tool_choice = f.enable_auto_tool_choice,
-      .defaults = server::GenerationDefaults::load(model, f.generation_config),
-      .test_script = nullptr};
+      .defaults = c.defaults,
+      .test_script = nullptr,
+      .response_role = f.response_role,
+      .exclude_tools_when_tool_choice_none = f.exclude_tools_when_tool_choice_none,
+      .default_chat_template_kwargs = f.default_chat_template_kwargs,
+      .log_requests = f.log_requests,
+      .max_log_len = f.max_log_len,
+      .server_info = cfg,
+      .enable_ui = !f.disable_ui,
+      .enable_timings = f.enable_timings};
   if (!f.test_script.empty()) {
     opts.test_script = std::make_shared<const std::vector<int32_t>>(
         tokenizer.encode(tok::read_text_file(f.test_script), false));
     MLS_LOG_WARN("--test-script {}: every request outputs its {} scripted tokens", f.test_script,
                  opts.test_script->size());
   }
-  server::Metrics metrics(f.served_model_name.front());
-  server::EngineLoop loop(engine);
+  server::Metrics metrics(f.served_model_name.front(),
+                          {.max_model_len = engine.config().limits.max_model_len,
+                           .max_num_batched_tokens = engine.config().limits.max_num_batched_tokens});
+  metrics.set_cache_config({{"block_size", std::to_string(runner->block_size())},
+                            {"cache_dtype", cfg["kv_cache_dtype"].get<std::string>()},
+                            {"enable_prefix_caching", f.enable_prefix_caching ? "True" : "False"},
+                            {"gpu_memory_utilization", fmt::format("{}", f.gpu_memory_utilization)},
+                            {"num_gpu_blocks", std::to_string(runner->num_blocks())}});
+  metrics_ptr = &metrics;
+  server::EngineLoop loop(engine, f.log_stats);
   server::ServingContext ctx{.opts = std::move(opts),
                              .tokenizer = tokenizer,
                              .chat_template = tmpl ? &*tmpl : nullptr,
                              .loop = loop,
                              .metrics = metrics};
+  MLS_LOG_INFO("{}", config_line(cfg));
   http.log_routes();
   http.set_context(&ctx);
   MLS_LOG_INFO("Application startup complete: serving '{}' on {}", ctx.model_name(),
@@ -376,17 +443,20 @@ void run_serve(ServeFlags f) {
       sig == SIGINT ? "SIGINT" : "SIGTERM", f.shutdown_timeout);
   http.stop(std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000)));
   loop.stop();
+  metrics_ptr = nullptr;
   MLS_LOG_INFO("Shutdown complete");
 }
 
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
-  auto flags = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "serve", "Serve the model over an OpenAI-compatible HTTP API (vllm serve flags)");
-  add_flags(cmd, *flags);
-  cmd->callback([flags] { run_serve(*flags); });
+      "serve",
+      "Serve the model over an OpenAI-compatible HTTP API (vllm serve flags; serve --help)");
+  // The flag table parses every argument (serve_flags.h): CLI11 passes them through untouched.
+  cmd->set_help_flag();
+  cmd->prefix_command();
+  cmd->callback([cmd] { run_serve(cmd->remaining()); });
 }
 
 }  // namespace mls::cli

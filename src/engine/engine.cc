@@ -85,7 +85,8 @@ Engine::Engine(ModelRunner& runner, const EngineConfig& cfg)
       vocab_(runner.config().vocab_size),
       blocks_(runner.num_blocks(), runner.block_size(), cfg.enable_prefix_caching),
       scheduler_({cfg_.limits.max_num_batched_tokens, cfg_.limits.max_num_seqs}, blocks_),
-      sampler_(runner.config().vocab_size) {}
+      sampler_(runner.config().vocab_size),
+      seed_rng_(cfg.seed.value_or(0)) {}
 
 Engine::~Engine() = default;
 
@@ -111,7 +112,14 @@ void Engine::add_request(Request req) {
 
   auto rs = std::make_unique<RequestState>();
   rs->max_tokens = p.max_tokens > 0 ? p.max_tokens : mml - prompt_len;
-  rs->seed = p.seed ? *p.seed : std::random_device{}() * 0x100000001ULL ^ std::random_device{}();
+  if (p.seed) {
+    rs->seed = *p.seed;
+  } else if (cfg_.seed) {
+    std::lock_guard lock(seed_mu_);
+    rs->seed = seed_rng_();
+  } else {
+    rs->seed = std::random_device{}() * 0x100000001ULL ^ std::random_device{}();
+  }
   rs->stop_ids = p.stop_token_ids;
   if (!p.ignore_eos)
     for (int64_t e : runner_.config().eos_token_ids) rs->stop_ids.push_back(e);
@@ -178,6 +186,10 @@ bool Engine::step() {
   drain_inbox();
   const std::vector<ScheduledChunk>& chunks = scheduler_.schedule();
   if (!chunks.empty()) {
+    const Clock::time_point now = Clock::now();
+    for (const ScheduledChunk& c : chunks)
+      if (c.seq->request->timings.scheduled == Clock::time_point{})
+        c.seq->request->timings.scheduled = now;
     batch_.token_ids.clear();
     batch_.seqs.resize(chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -229,6 +241,7 @@ bool Engine::step() {
       fail_step(chunks, e.what());
     }
     retire_finished();
+    if (cfg_.on_step) cfg_.on_step(static_cast<int64_t>(batch_.token_ids.size()));
   }
   publish_stats();
   return has_work();

@@ -7,8 +7,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -32,6 +35,11 @@ struct EngineConfig {
   // Draw tokens where the logits are when every row of a step allows it (Engine::step says
   // when); otherwise, or when false, the logits come to the host's Sampler.
   bool device_sampling = true;
+  // Set: requests without a seed take theirs from a generator seeded with it (vLLM's --seed),
+  // so a run repeats when requests arrive in the same order. Unset: from std::random_device.
+  std::optional<uint64_t> seed = std::nullopt;
+  // Called on the stepping thread after each step with the tokens it computed.
+  std::function<void(int64_t tokens)> on_step = nullptr;
 };
 
 // Counters for metrics (vLLM names in comments).
@@ -116,6 +124,9 @@ class Engine {
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
+
+  std::mutex seed_mu_;
+  std::mt19937_64 seed_rng_;
 };
 
 }  // namespace mls

@@ -168,6 +168,7 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
       lo.parallel = {tp, r.index, comms_[r.index - first_rank_].get(), opts.sequence_parallel};
       lo.alloc = r.alloc.get();
       lo.topk_tie_order = opts.topk_tie_order;
+      lo.progress = opts.load_progress;
       r.model = Model::load(opts.model, lo);
     });
     log_load_summary(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

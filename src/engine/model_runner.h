@@ -44,6 +44,8 @@ struct RunnerOptions {
   // CUDA runtime is needed: the ranks hold sizes only (planning a GPU from a laptop).
   bool meta = false;
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
+  // Weight-loading progress of every rank (model/model_weights.h), e.g. a progress bar.
+  WeightLoadProgress load_progress = nullptr;
 };
 
 class ModelRunner {

@@ -36,6 +36,7 @@ struct Usage {
 
 struct Timings {
   Clock::time_point arrival;
+  Clock::time_point scheduled;    // first scheduled in a step; default-constructed until then
   Clock::time_point first_token;  // of any sample; default-constructed until then
   Clock::time_point finish;       // of this sample; default-constructed until then
 };

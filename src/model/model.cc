@@ -20,7 +20,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
     ckpt = io::Checkpoint::open(dir);
     if (config.quant.fp8) ckpt->set_fp8_block_size(config.quant.block_n, config.quant.block_k);
   }
-  ModelWeights w = load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc);
+  ModelWeights w = load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc,
+                                opts.progress);
   return std::make_unique<Model>(std::move(config), std::move(w), opts.parallel, alloc,
                                  opts.topk_tie_order);
 }

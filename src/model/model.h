@@ -21,6 +21,7 @@ struct LoadOptions {
   ParallelContext parallel;
   Allocator* alloc = nullptr;  // default_allocator() when null
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;
+  WeightLoadProgress progress = nullptr;  // optional
 };
 
 class Model {

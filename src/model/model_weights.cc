@@ -260,7 +260,8 @@ class WeightLoader {
 }  // namespace
 
 ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
-                          const io::Checkpoint* ckpt, LoadFormat format, Allocator& alloc) {
+                          const io::Checkpoint* ckpt, LoadFormat format, Allocator& alloc,
+                          const WeightLoadProgress& progress) {
   ModelWeights w;
   std::vector<WeightSpec> table = weight_table(c, p, w);
   if (format == LoadFormat::kAuto) {
@@ -283,6 +284,21 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
       *spec.group = Tensor::empty({rows, spec.local_shape[1]}, loader.dtype_of(spec),
                                   MemTag::kWeights, alloc);
     }
+  // This rank's share of a tensor's stored bytes.
+  const auto spec_bytes = [&](const WeightSpec& spec) {
+    int64_t local = 1;
+    for (int64_t d : spec.local_shape) local *= d;
+    if (format != LoadFormat::kAuto)
+      return local * static_cast<int64_t>(dtype_size(loader.dtype_of(spec)));
+    const io::TensorInfo& info = ckpt->info(spec.name);
+    return static_cast<int64_t>(static_cast<double>(info.nbytes) * static_cast<double>(local) /
+                                static_cast<double>(std::max<int64_t>(info.numel(), 1)));
+  };
+  int64_t total = 0, done = 0;
+  if (progress) {
+    for (const WeightSpec& spec : table) total += spec_bytes(spec);
+    progress(p.rank, 0, total);
+  }
   for (const WeightSpec& spec : table) {
     const bool padded = spec.rows.len >= 0 && spec.rows.len < spec.local_shape[0];
     *spec.dest = spec.group ? spec.group->narrow(0, spec.group_row, spec.local_shape[0])
@@ -291,6 +307,10 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
                             : Tensor::empty(Shape(spec.local_shape), loader.dtype_of(spec),
                                             MemTag::kWeights, alloc);
     loader.fill(spec);
+    if (progress) {
+      done += spec_bytes(spec);
+      progress(p.rank, done, total);
+    }
   }
   return w;
 }

@@ -6,6 +6,7 @@
 // three can never disagree.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -88,9 +89,14 @@ int64_t block_scale_bytes(int64_t rows, int64_t cols);
 enum class LoadFormat { kAuto, kDummy };
 LoadFormat parse_load_format(const std::string& s);
 
+// Called after each tensor a rank fills, with that rank's bytes done and in all (checkpoint
+// bytes read; for kDummy the bytes written). Runs on the rank's thread.
+using WeightLoadProgress = std::function<void(int rank, int64_t done, int64_t total)>;
+
 // Allocates (tag weights) and fills every tensor of the table: from the checkpoint, or with
 // deterministic pseudo-random values for kDummy. Checks every name and shape before reading.
 ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
-                          const io::Checkpoint* ckpt, LoadFormat format, Allocator& alloc);
+                          const io::Checkpoint* ckpt, LoadFormat format, Allocator& alloc,
+                          const WeightLoadProgress& progress = {});
 
 }  // namespace mls

@@ -130,7 +130,7 @@ std::vector<json> ChatResponder::stream_chunks(const std::vector<OutputEvent>& e
     Choice& c = choice(ev.choice);
     if (!c.opened) {
       c.opened = true;
-      out.push_back(chunk(c.index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+      out.push_back(chunk(c.index, {{"role", cfg_.role}, {"content", ""}}, nullptr, nullptr));
     }
     if (!ev.error.empty()) {
       out.push_back({{"error", error_body(500, ev.error)["error"]}});
@@ -198,7 +198,7 @@ json ChatResponder::response(int64_t prompt_tokens) const {
   json choices = json::array();
   for (const auto& cp : choices_) {
     const Choice& c = *cp;
-    json msg = {{"role", "assistant"}};
+    json msg = {{"role", cfg_.role}};
     msg["content"] = c.content.empty() && !c.calls.empty() ? json(nullptr) : json(c.content);
     if (!c.reasoning.empty()) {
       msg["reasoning"] = c.reasoning;
@@ -234,8 +234,16 @@ std::string render_chat_prompt(const ServingContext& ctx, const ChatRequest& req
   if (!ctx.chat_template)
     bad_request("this model has no chat template; pass --chat-template or use /v1/completions",
                 "messages");
+  nlohmann::ordered_json t = req.template_request;
+  if (!ctx.opts.default_chat_template_kwargs.empty()) {
+    nlohmann::ordered_json kwargs = ctx.opts.default_chat_template_kwargs;
+    if (t.contains("chat_template_kwargs")) kwargs.update(t["chat_template_kwargs"]);
+    t["chat_template_kwargs"] = std::move(kwargs);
+  }
+  if (ctx.opts.exclude_tools_when_tool_choice_none && req.tool_choice == ToolChoice::kNone)
+    t.erase("tools");
   try {
-    return chat::render_chat(*ctx.chat_template, req.template_request);
+    return chat::render_chat(*ctx.chat_template, t);
   } catch (const InvalidArgument& e) {
     bad_request(fmt::format("chat template: {}", e.what()), "messages");
   }
@@ -275,6 +283,7 @@ Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
   ChatOutputConfig cfg{.id = random_id("chatcmpl"),
                        .model = ctx.model_name(),
                        .created = unix_time(),
+                       .role = ctx.opts.response_role,
                        .reasoning_parser = ctx.opts.reasoning_parser,
                        .starts_in_reasoning = prompt_opens_reasoning(prompt),
                        .include_reasoning = req.include_reasoning,

@@ -21,7 +21,8 @@ struct ChatOutputConfig {
   std::string id = {};
   std::string model = {};
   int64_t created = 0;
-  std::string reasoning_parser;  // "" : no reasoning split
+  std::string role = "assistant";  // of the generated message (--response-role)
+  std::string reasoning_parser;    // "" : no reasoning split
   bool starts_in_reasoning = false;
   bool include_reasoning = true;
   std::string tool_parser;  // "" : tool calls are not parsed

@@ -8,7 +8,8 @@ namespace {
 constexpr auto kStatsInterval = std::chrono::seconds(10);
 }  // namespace
 
-EngineLoop::EngineLoop(Engine& engine) : engine_(engine), thread_([this] { run(); }) {}
+EngineLoop::EngineLoop(Engine& engine, bool log_stats)
+    : engine_(engine), log_stats_(log_stats), thread_([this] { run(); }) {}
 
 EngineLoop::~EngineLoop() {
   stop();
@@ -77,7 +78,7 @@ void EngineLoop::run() {
       }
       engine_.step();
       const Clock::time_point now = Clock::now();
-      if (now - last_log >= kStatsInterval) {
+      if (log_stats_ && now - last_log >= kStatsInterval) {
         const EngineStats cur = engine_.stats();
         log_stats(cur, last, std::chrono::duration<double>(now - last_log).count());
         last = cur;

@@ -16,7 +16,8 @@ namespace mls::server {
 
 class EngineLoop {
  public:
-  explicit EngineLoop(Engine& engine);
+  // `log_stats`: a throughput / KV-usage line every kStatsInterval while busy.
+  explicit EngineLoop(Engine& engine, bool log_stats = true);
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -40,6 +41,7 @@ class EngineLoop {
   void log_stats(const EngineStats& now, const EngineStats& before, double seconds) const;
 
   Engine& engine_;
+  const bool log_stats_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool wake_ = false;

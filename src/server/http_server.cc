@@ -10,6 +10,7 @@
 #include "server/completions.h"
 #include "server/errors.h"
 #include "server/responses.h"
+#include "server/info_routes.h"
 #include "server/sse.h"
 
 namespace mls::server {
@@ -129,7 +130,16 @@ const Route kRoutes[] = {
      [](ServingContext& ctx, const std::string& b) { return tokenize(ctx, b); }, true},
     {"POST", "/detokenize",
      [](ServingContext& ctx, const std::string& b) { return detokenize(ctx, b); }, true},
+    {"GET", "/", [](ServingContext& ctx, const std::string&) { return handle_chat_page(ctx); },
+     false},
+    {"GET", "/load", [](ServingContext& ctx, const std::string&) { return handle_load(ctx); },
+     false},
+    // A path ending in {id} matches any non-empty rest, which the handler receives.
+    {"GET", "/v1/models/{id}",
+     [](ServingContext& ctx, const std::string& id) { return handle_model(ctx, id); }, false},
 };
+
+constexpr std::string_view kIdParam = "{id}";
 
 // vLLM protects /v1/*; /tokenize and /detokenize render templates and tokenize untrusted input
 // too, so a key protects them here as well.
@@ -220,7 +230,14 @@ Dispatch HttpServer::dispatch(HttpRequest req) const {
   const Route* route = nullptr;
   bool path_known = false;
   for (const Route& r : kRoutes) {
-    if (path != r.path) continue;
+    const std::string_view rp = r.path;
+    if (rp.ends_with(kIdParam)) {
+      const std::string_view prefix = rp.substr(0, rp.size() - kIdParam.size());
+      if (!path.starts_with(prefix) || path.size() == prefix.size()) continue;
+      if (req.method == r.method) req.body = path.substr(prefix.size());
+    } else if (path != rp) {
+      continue;
+    }
     path_known = true;
     if (req.method == r.method) route = &r;
   }

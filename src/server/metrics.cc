@@ -64,23 +64,78 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   out += fmt::format("{}_count{{{}}} {}\n", name, labels, count_);
 }
 
-Metrics::Metrics(std::string model_name)
+std::vector<double> buckets_1_2_5(int64_t max) {
+  std::vector<double> b;
+  for (double decade = 1;; decade *= 10)
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m * decade > static_cast<double>(max)) return b;
+      b.push_back(m * decade);
+    }
+}
+
+namespace {
+
+// vLLM's iteration_tokens_total buckets: 1, then powers of two from 8 up to the step budget.
+std::vector<double> iteration_buckets(int64_t max_num_batched_tokens) {
+  std::vector<double> b = {1};
+  for (int64_t v = 8; v <= max_num_batched_tokens; v *= 2) b.push_back(static_cast<double>(v));
+  return b;
+}
+
+}  // namespace
+
+Metrics::Metrics(std::string model_name, MetricsLimits limits)
     : labels_(fmt::format("model_name=\"{}\"", escape_label(model_name))),
       ttft_(kTtftBuckets),
       itl_(kItlBuckets),
+      tpot_(kItlBuckets),
       e2e_(kE2eBuckets),
+      queue_(kE2eBuckets),
+      prefill_(kE2eBuckets),
+      decode_(kE2eBuckets),
+      inference_(kE2eBuckets),
+      request_tpot_(kItlBuckets),
+      prompt_tokens_(buckets_1_2_5(limits.max_model_len)),
+      generation_tokens_(buckets_1_2_5(limits.max_model_len)),
+      max_generation_tokens_(buckets_1_2_5(limits.max_model_len)),
+      params_n_({1, 2, 5, 10, 20}),
+      params_max_tokens_(buckets_1_2_5(limits.max_model_len)),
+      iteration_tokens_(iteration_buckets(limits.max_num_batched_tokens)),
       success_{{"stop", 0}, {"length", 0}, {"abort", 0}} {}
 
-void Metrics::observe_request(double ttft_s, double e2e_s, FinishReason reason) {
+void Metrics::observe_request(const RequestObservation& r) {
   std::lock_guard lock(mu_);
-  if (ttft_s >= 0) ttft_.observe(ttft_s);
-  e2e_.observe(e2e_s);
-  ++success_[finish_reason_name(reason)];
+  if (r.ttft_s >= 0) ttft_.observe(r.ttft_s);
+  e2e_.observe(r.e2e_s);
+  if (r.queue_s >= 0) queue_.observe(r.queue_s);
+  if (r.prefill_s >= 0) prefill_.observe(r.prefill_s);
+  if (r.decode_s >= 0) decode_.observe(r.decode_s);
+  if (r.inference_s >= 0) inference_.observe(r.inference_s);
+  // Mean gap after the first token of the longest sample, as vLLM's per-request TPOT.
+  if (r.decode_s >= 0 && r.max_sample_tokens > 1)
+    request_tpot_.observe(r.decode_s / static_cast<double>(r.max_sample_tokens - 1));
+  prompt_tokens_.observe(static_cast<double>(r.prompt_tokens));
+  generation_tokens_.observe(static_cast<double>(r.generation_tokens));
+  max_generation_tokens_.observe(static_cast<double>(r.max_sample_tokens));
+  params_n_.observe(r.n);
+  params_max_tokens_.observe(static_cast<double>(r.max_tokens));
+  ++success_[finish_reason_name(r.reason)];
 }
 
 void Metrics::observe_inter_token(double seconds) {
   std::lock_guard lock(mu_);
   itl_.observe(seconds);
+  tpot_.observe(seconds);
+}
+
+void Metrics::observe_iteration(int64_t tokens) {
+  std::lock_guard lock(mu_);
+  iteration_tokens_.observe(static_cast<double>(tokens));
+}
+
+void Metrics::set_cache_config(std::vector<std::pair<std::string, std::string>> labels) {
+  std::lock_guard lock(mu_);
+  cache_config_ = std::move(labels);
 }
 
 std::string Metrics::render(const EngineStats& s) const {
@@ -99,6 +154,8 @@ std::string Metrics::render(const EngineStats& s) const {
   gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
         static_cast<double>(s.num_waiting));
   gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
+  // vLLM's older name, still read by its reference Grafana dashboard.
+  gauge("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
   counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
           static_cast<double>(s.num_preemptions));
   counter("vllm:prefix_cache_queries",
@@ -112,6 +169,10 @@ std::string Metrics::render(const EngineStats& s) const {
           static_cast<double>(s.generation_tokens));
 
   std::lock_guard lock(mu_);
+  header(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.");
+  std::string info = labels_;
+  for (const auto& [k, v] : cache_config_) info += fmt::format(",{}=\"{}\"", k, escape_label(v));
+  out += fmt::format("vllm:cache_config_info{{{}}} 1\n", info);
   header(out, "vllm:request_success", "counter", "Count of successfully processed requests.");
   for (const auto& [reason, n] : success_)
     out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", labels_,
@@ -122,9 +183,34 @@ std::string Metrics::render(const EngineStats& s) const {
   header(out, "vllm:inter_token_latency_seconds", "histogram",
          "Histogram of inter-token latency in seconds.");
   itl_.render(out, "vllm:inter_token_latency_seconds", labels_);
-  header(out, "vllm:e2e_request_latency_seconds", "histogram",
-         "Histogram of e2e request latency in seconds.");
-  e2e_.render(out, "vllm:e2e_request_latency_seconds", labels_);
+  const auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    header(out, name, "histogram", help);
+    h.render(out, name, labels_);
+  };
+  histogram("vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds (the inter-token latency).", tpot_);
+  histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+            e2e_);
+  histogram("vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.", queue_);
+  histogram("vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.", prefill_);
+  histogram("vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.", decode_);
+  histogram("vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.", inference_);
+  histogram("vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.", request_tpot_);
+  histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", prompt_tokens_);
+  histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+            generation_tokens_);
+  histogram("vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.", max_generation_tokens_);
+  histogram("vllm:request_params_n", "Histogram of the n request parameter.", params_n_);
+  histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+            params_max_tokens_);
+  histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+            iteration_tokens_);
   return out;
 }
 

@@ -26,8 +26,8 @@ void expect_prometheus_text(const std::string& text) {
 
 TEST(Metrics, RendersVllmNamesInTextFormat) {
   Metrics m("org/model \"x\"");
-  m.observe_request(0.05, 1.2, FinishReason::kStop);
-  m.observe_request(-1, 0.1, FinishReason::kAbort);
+  m.observe_request({.ttft_s = 0.05, .e2e_s = 1.2, .reason = FinishReason::kStop});
+  m.observe_request({.ttft_s = -1, .e2e_s = 0.1, .reason = FinishReason::kAbort});
   m.observe_inter_token(0.02);
   EngineStats s;
   s.num_running = 3;
@@ -59,6 +59,67 @@ TEST(Metrics, RendersVllmNamesInTextFormat) {
            "# TYPE vllm:time_to_first_token_seconds histogram\n",
            "# TYPE vllm:prompt_tokens counter\n"})
     EXPECT_NE(text.find(want), std::string::npos) << want;
+}
+
+// Every metric vLLM's reference Grafana dashboard
+// (examples/online_serving/prometheus_grafana/grafana.json) queries, and the rest of vLLM's
+// request-level set, as they appear in the exposition.
+TEST(Metrics, ServesEveryNameOfVllmsGrafanaDashboard) {
+  Metrics m("demo", {.max_model_len = 2048, .max_num_batched_tokens = 8192});
+  m.set_cache_config({{"block_size", "64"}, {"cache_dtype", "bfloat16"}});
+  m.observe_request({.ttft_s = 0.2,
+                     .e2e_s = 1.0,
+                     .queue_s = 0.05,
+                     .prefill_s = 0.15,
+                     .decode_s = 0.8,
+                     .inference_s = 0.95,
+                     .prompt_tokens = 30,
+                     .generation_tokens = 9,
+                     .max_sample_tokens = 9,
+                     .n = 1,
+                     .max_tokens = 16,
+                     .reason = FinishReason::kLength});
+  m.observe_inter_token(0.1);
+  m.observe_iteration(30);
+  const std::string text = m.render(EngineStats{});
+  expect_prometheus_text(text);
+  for (const char* name :
+       {// Queried by the dashboard.
+        "vllm:e2e_request_latency_seconds_bucket{", "vllm:e2e_request_latency_seconds_sum{",
+        "vllm:e2e_request_latency_seconds_count{", "vllm:prompt_tokens_total{",
+        "vllm:generation_tokens_total{", "vllm:time_per_output_token_seconds_bucket{",
+        "vllm:time_per_output_token_seconds_sum{", "vllm:time_per_output_token_seconds_count{",
+        "vllm:num_requests_running{", "vllm:num_requests_waiting{",
+        "vllm:time_to_first_token_seconds_bucket{", "vllm:time_to_first_token_seconds_sum{",
+        "vllm:time_to_first_token_seconds_count{", "vllm:gpu_cache_usage_perc{",
+        "vllm:request_prompt_tokens_bucket{", "vllm:request_generation_tokens_bucket{",
+        "vllm:request_success_total{", "vllm:request_queue_time_seconds_sum{",
+        "vllm:request_prefill_time_seconds_sum{", "vllm:request_decode_time_seconds_sum{",
+        "vllm:request_max_num_generation_tokens_sum{",
+        // vLLM's request-level set beyond the dashboard.
+        "vllm:request_inference_time_seconds_sum{",
+        "vllm:request_time_per_output_token_seconds_sum{", "vllm:request_params_n_bucket{",
+        "vllm:request_params_max_tokens_bucket{", "vllm:iteration_tokens_total_bucket{",
+        "vllm:inter_token_latency_seconds_bucket{", "vllm:kv_cache_usage_perc{",
+        "vllm:num_preemptions_total{", "vllm:prefix_cache_queries_total{",
+        "vllm:prefix_cache_hits_total{", "vllm:cache_config_info{"})
+    EXPECT_NE(text.find(std::string("\n") + name), std::string::npos) << name;
+  const std::string label = "model_name=\"demo\"";
+  for (const std::string& want : std::vector<std::string>{
+           "vllm:cache_config_info{" + label + ",block_size=\"64\",cache_dtype=\"bfloat16\"} 1\n",
+           "vllm:request_queue_time_seconds_sum{" + label + "} 0.05\n",
+           "vllm:request_decode_time_seconds_sum{" + label + "} 0.8\n",
+           "vllm:request_prompt_tokens_bucket{" + label + ",le=\"20\"} 0\n",
+           "vllm:request_prompt_tokens_bucket{" + label + ",le=\"50\"} 1\n",
+           "vllm:request_prompt_tokens_bucket{" + label + ",le=\"2000\"} 1\n",
+           "vllm:request_params_max_tokens_sum{" + label + "} 16\n",
+           "vllm:iteration_tokens_total_bucket{" + label + ",le=\"16\"} 0\n",
+           "vllm:iteration_tokens_total_bucket{" + label + ",le=\"32\"} 1\n",
+           "vllm:iteration_tokens_total_bucket{" + label + ",le=\"8192\"} 1\n",
+           "vllm:request_time_per_output_token_seconds_sum{" + label + "} 0.1\n",
+           "vllm:request_success_total{" + label + ",finished_reason=\"length\"} 1\n"})
+    EXPECT_NE(text.find(want), std::string::npos) << want;
+  EXPECT_EQ(buckets_1_2_5(100), (std::vector<double>{1, 2, 5, 10, 20, 50, 100}));
 }
 
 TEST(Metrics, HistogramBucketsAreCumulative) {

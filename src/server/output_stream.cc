@@ -122,12 +122,28 @@ void OutputStream::finish(Sample& s, OutputEvent& ev, FinishReason reason, const
   const auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
-  const Clock::time_point end =
-      src.timings.finish == Clock::time_point{} ? Clock::now() : src.timings.finish;
-  const double ttft = src.timings.first_token == Clock::time_point{}
-                          ? -1.0
-                          : seconds(src.timings.arrival, src.timings.first_token);
-  metrics_->observe_request(ttft, seconds(src.timings.arrival, end), reason);
+  const Timings& t = src.timings;
+  const Clock::time_point none{};
+  const Clock::time_point end = t.finish == none ? Clock::now() : t.finish;
+  RequestObservation r;
+  r.e2e_s = seconds(t.arrival, end);
+  if (t.first_token != none) {
+    r.ttft_s = seconds(t.arrival, t.first_token);
+    r.decode_s = seconds(t.first_token, end);
+  }
+  if (t.scheduled != none) {
+    r.queue_s = seconds(t.arrival, t.scheduled);
+    r.inference_s = seconds(t.scheduled, end);
+    if (t.first_token != none) r.prefill_s = seconds(t.scheduled, t.first_token);
+  }
+  r.prompt_tokens = src.usage.prompt_tokens;
+  r.generation_tokens = src.usage.completion_tokens;
+  for (const Sample& x : samples_)
+    r.max_sample_tokens = std::max(r.max_sample_tokens, x.num_tokens);
+  r.n = spec_.n;
+  r.max_tokens = spec_.max_tokens;
+  r.reason = reason;
+  metrics_->observe_request(r);
 }
 
 Verdict OutputStream::handle(const TokenEvent& ev) {
@@ -163,6 +179,7 @@ Verdict OutputStream::handle(const TokenEvent& ev) {
       if (ev.prompt_logprobs) out.prompt_logprobs = *ev.prompt_logprobs;
     }
     const Clock::time_point now = Clock::now();
+    out.at = now;
     if (s.num_tokens > 0 && metrics_)
       metrics_->observe_inter_token(std::chrono::duration<double>(now - s.last_token).count());
     s.last_token = now;

@@ -39,6 +39,7 @@ struct OutputEvent {
   // or on one of the request's stop_token_ids (which id); neither for EOS or length.
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token;
+  Clock::time_point at{};  // when the engine produced its token (response timings)
 };
 
 // vLLM's stop_reason of a choice's last event: the stop token id, the stop string, or null.
@@ -65,6 +66,7 @@ class EventChannel {
 struct StreamSpec {
   int first_choice = 0;  // choice index of sample 0
   int n = 1;
+  int64_t max_tokens = 0;  // the request's limit, for metrics (0: none given)
   bool skip_special_tokens = true;
   std::vector<std::string> stop;
   bool include_stop_str_in_output = false;   // the matched stop string or stop token's text

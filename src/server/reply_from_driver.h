@@ -34,14 +34,18 @@ class DriverReplySource : public ReplySource {
       if (!stream_) {
         responder_->absorb(events_);
         if (more) return false;
-        out += dump_json(responder_->response(driver_->prompt_tokens()));
+        nlohmann::json body = responder_->response(driver_->prompt_tokens());
+        if (nlohmann::json t = driver_->timings(); !t.is_null()) body["timings"] = std::move(t);
+        out += dump_json(body);
         return done_ = true;
       }
       for (const nlohmann::json& chunk : responder_->stream_chunks(events_, driver_->prompt_tokens()))
         out += sse_event(chunk);
       if (more) return false;
-      if (const auto usage = responder_->usage_chunk(driver_->prompt_tokens()))
+      if (auto usage = responder_->usage_chunk(driver_->prompt_tokens())) {
+        if (nlohmann::json t = driver_->timings(); !t.is_null()) (*usage)["timings"] = std::move(t);
         out += sse_event(*usage);
+      }
       out += sse_done();
       return done_ = true;
     } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ class RequestDriver {
 
   int num_choices() const { return num_choices_; }
   int64_t prompt_tokens() const { return prompt_tokens_; }
+  // llama-server's `timings` object (prompt and generation ms, tokens, tokens/s), measured
+  // from this driver's creation; null unless the server runs with --enable-response-timings.
+  nlohmann::json timings() const;
 
  private:
   ServingContext& ctx_;
@@ -43,6 +47,8 @@ class RequestDriver {
   int num_choices_ = 0;
   int num_finished_ = 0;
   int64_t prompt_tokens_ = 0;
+  int64_t completion_tokens_ = 0;
+  Clock::time_point start_ = Clock::now(), first_token_{}, last_token_{};
 };
 
 }  // namespace mls::server

@@ -26,6 +26,16 @@ struct ServingOptions {
   bool enable_auto_tool_choice = false;
   GenerationDefaults defaults;
   std::shared_ptr<const std::vector<int32_t>> test_script;  // see StreamSpec::script
+  std::string response_role = "assistant";                  // --response-role
+  bool exclude_tools_when_tool_choice_none = false;
+  // Template variables a chat request gets unless it sets them (--default-chat-template-kwargs).
+  nlohmann::ordered_json default_chat_template_kwargs = nlohmann::ordered_json::object();
+  bool log_requests = false;  // --enable-log-requests
+  int64_t max_log_len = -1;   // characters of a logged prompt; -1: all
+  // The effective configuration, as GET /load and GET /v1/models/{id} report it.
+  nlohmann::ordered_json server_info = nlohmann::ordered_json::object();
+  bool enable_ui = true;        // the chat page at GET / (--disable-ui)
+  bool enable_timings = false;  // llama-server's `timings` in responses
 };
 
 struct ServingContext {

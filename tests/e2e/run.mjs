@@ -13,5 +13,5 @@ if (!fs.existsSync(path.join(here, 'node_modules', 'openai', 'package.json'))) {
 const files = fs.readdirSync(here).filter((f) => f.endsWith('.test.mjs')).sort()
   .map((f) => path.join(here, f));
 const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files],
-  { stdio: 'inherit', timeout: 170000 });
+  { stdio: 'inherit', timeout: 400000 });
 process.exit(r.status ?? 1);

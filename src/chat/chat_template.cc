@@ -1,7 +1,10 @@
 #include "chat/chat_template.h"
 
+#include <algorithm>
+
 #include "chat/jinja_template.h"
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mls::chat {
 
@@ -44,6 +47,23 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& variables) const 
   return compiled_->render(vars);
 }
 
+bool is_reserved_template_variable(std::string_view name) {
+  static constexpr std::string_view kReserved[] = {
+      "messages",    "tools",     "documents", "add_generation_prompt",
+      "bos_token",   "eos_token", "pad_token", "unk_token",
+      "range",       "namespace", "dict",      "raise_exception",
+      "strftime_now"};
+  return std::find(std::begin(kReserved), std::end(kReserved), name) != std::end(kReserved);
+}
+
+std::string reserved_kwarg_message(std::string_view name) {
+  return fmt::format(
+      "chat_template_kwargs may not set '{}': it is reserved for the request's own messages, "
+      "tools, documents and add_generation_prompt, the special tokens and the template's "
+      "functions",
+      name);
+}
+
 nlohmann::ordered_json chat_variables(const nlohmann::ordered_json& request) {
   if (!request.is_object()) raise<InvalidArgument>("chat request must be a JSON object");
   if (!request.contains("messages") || !request["messages"].is_array())
@@ -56,12 +76,9 @@ nlohmann::ordered_json chat_variables(const nlohmann::ordered_json& request) {
       if (!call.is_object() || !call.contains("function")) continue;
       auto& fn = call["function"];
       if (!fn.is_object() || !fn.contains("arguments") || !fn["arguments"].is_string()) continue;
-      try {
-        fn["arguments"] = nlohmann::ordered_json::parse(fn["arguments"].get<std::string>());
-      } catch (const nlohmann::json::parse_error&) {
-        raise<InvalidArgument>("tool call arguments of '{}' are not valid JSON",
-                               fn.value("name", std::string("?")));
-      }
+      fn["arguments"] = parse_json<InvalidArgument>(
+          fn["arguments"].get<std::string>(),
+          fmt::format("tool call arguments of '{}'", fn.value("name", std::string("?"))));
     }
   }
   nlohmann::ordered_json vars;
@@ -74,7 +91,11 @@ nlohmann::ordered_json chat_variables(const nlohmann::ordered_json& request) {
     if (!kwargs.is_object() && !kwargs.is_null())
       raise<InvalidArgument>("'chat_template_kwargs' must be an object");
     if (kwargs.is_object())
-      for (const auto& [k, v] : kwargs.items()) vars[k] = v;
+      for (const auto& [k, v] : kwargs.items()) {
+        if (is_reserved_template_variable(k))
+          raise<InvalidArgument>("{}", reserved_kwarg_message(k));
+        vars[k] = v;
+      }
   }
   return vars;
 }

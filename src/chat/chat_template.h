@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,9 +46,17 @@ class ChatTemplate {
   std::unique_ptr<jinja::Template> compiled_;
 };
 
+// Names chat_template_kwargs may not set: the variables the request's own (validated) fields
+// fill, the special tokens and the template's global functions. A key among them is rejected
+// rather than ignored, so that a client learns its value was not used.
+bool is_reserved_template_variable(std::string_view name);
+// The error message for a reserved key.
+std::string reserved_kwarg_message(std::string_view name);
+
 // The template variables for an OpenAI chat request: messages (tool-call arguments parsed),
 // tools (None when absent), documents, add_generation_prompt (default true) and every key of
-// chat_template_kwargs. Throws InvalidArgument on a malformed request.
+// chat_template_kwargs. Throws InvalidArgument on a malformed request, a reserved key in
+// chat_template_kwargs, or tool-call arguments that are not JSON (or nest too deep).
 nlohmann::ordered_json chat_variables(const nlohmann::ordered_json& request);
 
 // render(chat_variables(request)). Must be ordered_json: tool schemas are printed in the order

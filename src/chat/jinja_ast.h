@@ -42,6 +42,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negated = false;
+  int height = 1;  // of this node's tree; the parser bounds it by kMaxSyntaxDepth
 };
 
 struct Stmt;

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <unordered_map>
 
+#include "chat/jinja_limits.h"
 #include "tokenizer/utf8.h"
 
 namespace mls::chat::jinja {
@@ -24,6 +26,42 @@ bool int_like(const Value& v) {
 }
 int64_t to_int(const Value& v) {
   return v.is_bool() ? v.as_bool() : v.as_int();
+}
+
+// Python ints do not overflow; ours are 64-bit, and leaving their range is an error.
+[[noreturn]] void overflow() {
+  type_error("integer result out of the 64-bit range");
+}
+int64_t add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) overflow();
+  return r;
+}
+int64_t sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) overflow();
+  return r;
+}
+int64_t mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) overflow();
+  return r;
+}
+// int(float): Python raises on inf and nan; out of our range is an error too.
+int64_t float_to_int(double d) {
+  if (!(d > -9.3e18 && d < 9.3e18)) type_error("cannot convert float to a 64-bit integer");
+  return static_cast<int64_t>(d);
+}
+
+// Sizes a template asks for (repetition, padding) are checked before anything is allocated.
+void check_string_size(size_t bytes) {
+  if (bytes > kMaxStringBytes)
+    type_error(fmt::format("a string of more than {} bytes", kMaxStringBytes));
+}
+size_t checked_width(int64_t n) {
+  const size_t w = n < 0 ? 0 : static_cast<size_t>(n);
+  check_string_size(w);
+  return w;
 }
 
 // Python's str.isspace() for the characters text contains.
@@ -139,6 +177,7 @@ std::string replace(const std::string& s, const std::string& old, const std::str
     for (size_t i = 0; i <= u.size(); ++i) {
       if (count < 0 || static_cast<int64_t>(i) < count) out += repl;
       if (i < u.size()) out += u32_to_utf8(u.substr(i, 1));
+      check_string_size(out.size());
     }
     return out;
   }
@@ -147,6 +186,7 @@ std::string replace(const std::string& s, const std::string& old, const std::str
     const size_t p = s.find(old, start);
     if (p == std::string::npos) break;
     out.append(s, start, p - start).append(repl);
+    check_string_size(out.size());
     start = p + old.size();
   }
   return out.append(s, start, std::string::npos);
@@ -250,6 +290,7 @@ Value string_method(const std::string& s, const std::string& name) {
                if (!first) out += s;
                first = false;
                out += v.as_string();
+               check_string_size(out.size());
              }
              return Value(out);
            }},
@@ -287,7 +328,11 @@ Value dict_method(const Value& d, const std::string& name) {
 }  // namespace
 
 Value binary_op(std::string_view op, const Value& a, const Value& b) {
-  if (op == "~") return Value(a.str() + b.str());
+  if (op == "~") {
+    std::string l = a.str(), r = b.str();
+    check_string_size(l.size() + r.size());
+    return Value(l + r);
+  }
   if (a.is_undefined() || b.is_undefined())
     type_error(fmt::format("'{}' is undefined",
                            a.is_undefined() ? a.undefined_name() : b.undefined_name()));
@@ -298,9 +343,12 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
                            b.type_name()));
   };
   if (op == "+") {
-    if (ints) return Value(to_int(a) + to_int(b));
+    if (ints) return Value(add(to_int(a), to_int(b)));
     if (nums) return Value(a.to_double() + b.to_double());
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      check_string_size(a.as_string().size() + b.as_string().size());
+      return Value(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list()) {
       std::vector<Value> out = a.items();
       out.insert(out.end(), b.items().begin(), b.items().end());
@@ -309,24 +357,31 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     return bad();
   }
   if (op == "-") {
-    if (ints) return Value(to_int(a) - to_int(b));
+    if (ints) return Value(sub(to_int(a), to_int(b)));
     if (nums) return Value(a.to_double() - b.to_double());
     return bad();
   }
   if (op == "*") {
-    if (ints) return Value(to_int(a) * to_int(b));
+    if (ints) return Value(mul(to_int(a), to_int(b)));
     if (nums) return Value(a.to_double() * b.to_double());
     const Value& seq = int_like(a) ? b : a;
     const Value& n = int_like(a) ? a : b;
     if (!int_like(n)) return bad();
+    const auto times = static_cast<size_t>(std::max<int64_t>(to_int(n), 0));
     if (seq.is_string()) {
+      const size_t len = seq.as_string().size();
+      if (len > 0 && times > kMaxStringBytes / len) check_string_size(kMaxStringBytes + 1);
       std::string out;
-      for (int64_t i = 0; i < to_int(n); ++i) out += seq.as_string();
+      out.reserve(len * times);
+      for (size_t i = 0; i < times; ++i) out += seq.as_string();
       return Value(out);
     }
     if (seq.is_list()) {
+      const size_t len = seq.items().size();
+      if (len > 0 && times > kMaxListItems / len)
+        type_error(fmt::format("a list of more than {} items", kMaxListItems));
       std::vector<Value> out;
-      for (int64_t i = 0; i < to_int(n); ++i)
+      for (size_t i = 0; i < times; ++i)
         out.insert(out.end(), seq.items().begin(), seq.items().end());
       return Value::list(std::move(out));
     }
@@ -342,6 +397,7 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
       type_error(op == "%" ? "modulo by zero" : "integer division or modulo by zero");
     if (ints) {
       const int64_t x = to_int(a), y = to_int(b);
+      if (x == std::numeric_limits<int64_t>::min() && y == -1) overflow();
       int64_t q = x / y, r = x % y;
       if (r != 0 && ((r < 0) != (y < 0))) {
         --q;
@@ -357,8 +413,12 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (ints && to_int(b) >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < to_int(b); ++i) r *= to_int(a);
+      int64_t r = 1, base = to_int(a);
+      // By squaring: the exponent may be huge when the base is 0, 1 or -1.
+      for (int64_t e = to_int(b); e > 0; e >>= 1) {
+        if (e & 1) r = mul(r, base);
+        if (e > 1) base = mul(base, base);
+      }
       return Value(r);
     }
     return Value(std::pow(a.to_double(), b.to_double()));
@@ -445,7 +505,10 @@ Value get_slice(const Value& obj, const Value& start_v, const Value& stop_v, con
   const int64_t start = clamp(part(start_v), step > 0 ? 0 : n - 1);
   const int64_t stop = clamp(part(stop_v), step > 0 ? n : -1);
   std::vector<Value> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(seq[i]);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    out.push_back(seq[i]);
+    if (__builtin_add_overflow(i, step, &i)) break;  // past the 64-bit range is past the end
+  }
   if (obj.is_list()) return Value::list(std::move(out), obj.as_list().tuple);
   std::string s;
   for (const auto& c : out) s += c.as_string();
@@ -483,7 +546,7 @@ Value filter_tojson(const Value& v, const CallArgs& a) {
   o.ensure_ascii = arg_or(a, 0, "ensure_ascii", Value(false)).truthy();
   const Value indent = arg_or(a, 1, "indent", Value(None{}));
   if (indent.is_int())
-    o.indent = std::string(std::max<int64_t>(indent.as_int(), 0), ' ');
+    o.indent = std::string(checked_width(indent.as_int()), ' ');
   else if (indent.is_string())
     o.indent = indent.as_string();
   if (o.indent) o.item_separator = ",";
@@ -516,6 +579,7 @@ Value filter_join(const Value& v, const CallArgs& a) {
     if (!first) out += sep;
     first = false;
     out += (attr.is_none() ? item : attribute_path(item, attr)).str();
+    check_string_size(out.size());
   }
   return Value(out);
 }
@@ -561,7 +625,7 @@ Value filter_last(const Value& v, const CallArgs&) {
 Value filter_int(const Value& v, const CallArgs& a) {
   const Value dflt = arg_or(a, 0, "default", Value(int64_t{0}));
   if (int_like(v)) return Value(to_int(v));
-  if (v.is_float()) return Value(static_cast<int64_t>(v.as_float()));
+  if (v.is_float()) return Value(float_to_int(v.as_float()));
   if (v.is_string()) {
     const std::string s = strip(v.as_string(), Value(), true, true);
     try {
@@ -570,7 +634,7 @@ Value filter_int(const Value& v, const CallArgs& a) {
           std::stoll(s, &used, static_cast<int>(to_int(arg_or(a, 1, "base", Value(10)))));
       if (used == s.size()) return Value(static_cast<int64_t>(i));
       const double d = std::stod(s, &used);
-      if (used == s.size()) return Value(static_cast<int64_t>(d));
+      if (used == s.size()) return Value(float_to_int(d));
     } catch (const std::exception&) {
     }
   }
@@ -669,7 +733,8 @@ Value filter_indent(const Value& v, const CallArgs& a) {
   const Value width = arg_or(a, 0, "width", Value(4));
   const bool first = arg_or(a, 1, "first", Value(false)).truthy();
   const bool blank = arg_or(a, 2, "blank", Value(false)).truthy();
-  const std::string pad = width.is_string() ? width.as_string() : std::string(to_int(width), ' ');
+  const std::string pad =
+      width.is_string() ? width.as_string() : std::string(checked_width(to_int(width)), ' ');
   // str.splitlines() on s + "\n", as Jinja does.
   const std::string s = v.str() + "\n";
   std::vector<std::string> lines;
@@ -686,12 +751,13 @@ Value filter_indent(const Value& v, const CallArgs& a) {
     if (i) rv += "\n";
     if (i > 0 && (blank || !lines[i].empty())) rv += pad;
     rv += lines[i];
+    check_string_size(rv.size());
   }
   return Value(first ? pad + rv : rv);
 }
 
 Value filter_abs(const Value& v, const CallArgs&) {
-  if (int_like(v)) return Value(std::abs(to_int(v)));
+  if (int_like(v)) return Value(to_int(v) < 0 ? sub(0, to_int(v)) : to_int(v));
   if (v.is_float()) return Value(std::fabs(v.as_float()));
   type_error(fmt::format("bad operand type for abs(): '{}'", v.type_name()));
 }
@@ -887,24 +953,30 @@ Value fn_range(const CallArgs& a) {
   }
   if (step == 0) type_error("range() arg 3 must not be zero");
   std::vector<Value> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     out.emplace_back(i);
-    if (out.size() > 1'000'000) type_error("range too big");
+    if (out.size() > kMaxListItems)
+      type_error(fmt::format("range() of more than {} items", kMaxListItems));
+    if (__builtin_add_overflow(i, step, &i)) break;  // past the 64-bit range is past stop
   }
   return Value::list(std::move(out));
 }
 
-Value fn_dict(const CallArgs& a) {
+Value dict_of(const CallArgs& a, bool is_namespace) {
   Value d = Value::dict();
-  if (!a.args.empty() && a.args[0].is_dict()) d.as_dict().items = a.args[0].as_dict().items;
+  d.as_dict().is_namespace = is_namespace;
+  if (!a.args.empty() && a.args[0].is_dict())
+    for (const auto& [k, v] : a.args[0].as_dict().items) d.as_dict().set(k, v);
   for (const auto& [k, v] : a.kwargs) d.as_dict().set(k, v);
   return d;
 }
 
+Value fn_dict(const CallArgs& a) {
+  return dict_of(a, false);
+}
+
 Value fn_namespace(const CallArgs& a) {
-  Value d = fn_dict(a);
-  d.as_dict().is_namespace = true;
-  return d;
+  return dict_of(a, true);
 }
 
 Value fn_raise_exception(const CallArgs& a) {

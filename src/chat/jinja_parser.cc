@@ -1,6 +1,7 @@
 #include "chat/jinja_parser.h"
 
 #include "chat/jinja_lexer.h"
+#include "chat/jinja_limits.h"
 #include "chat/template_error.h"
 
 namespace mls::chat::jinja {
@@ -25,6 +26,37 @@ class Parser {
   [[noreturn]] void fail(const Token& t, const std::string& msg) const {
     throw TemplateSyntaxError(
         fmt::format("chat template line {}, column {}: {}", t.line, t.col, msg));
+  }
+
+  // One level of the parser's own recursion (a nested expression or statement) for its
+  // lifetime, so that `((((...` or `{% if %}{% if %}...` fails instead of exhausting the stack.
+  class Nest {
+   public:
+    explicit Nest(Parser& p) : p_(p) {
+      if (++p.nesting_ > kMaxSyntaxDepth)
+        p.fail(p.peek(), fmt::format("the template nests deeper than {} levels", kMaxSyntaxDepth));
+    }
+    ~Nest() { --p_.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
+  // A node whose operands are all attached: its tree height is known and bounded here, since
+  // loops (`a + a + ... + a`, `x.a.b.c...`) build trees deeper than the parser recurses.
+  ExprPtr done(ExprPtr e) {
+    int h = 0;
+    for (const auto& a : e->args)
+      if (a) h = std::max(h, a->height);
+    for (const auto& [k, v] : e->kwargs) h = std::max(h, v->height);
+    e->height = h + 1;
+    if (e->height > kMaxSyntaxDepth)
+      throw TemplateSyntaxError(
+          fmt::format("chat template line {}, column {}: an expression nests deeper than {} levels",
+                      e->line, e->col, kMaxSyntaxDepth));
+    return e;
   }
 
   static std::string describe(const Token& t) {
@@ -110,6 +142,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    const Nest nest(*this);
     next();  // {%
     ++block_depth_;
     StmtPtr s = parse_statement_body();
@@ -277,6 +310,7 @@ class Parser {
   }
 
   ExprPtr parse_expression(bool with_condexpr = true) {
+    const Nest nest(*this);
     ExprPtr e = parse_or();
     if (!with_condexpr) return e;
     while (is_name("if")) {
@@ -291,7 +325,7 @@ class Parser {
       c->args.push_back(std::move(cond));
       c->args.push_back(std::move(e));
       c->args.push_back(std::move(other));
-      e = std::move(c);
+      e = done(std::move(c));
     }
     return e;
   }
@@ -301,7 +335,7 @@ class Parser {
     e->name = std::move(op);
     e->args.push_back(std::move(l));
     e->args.push_back(std::move(r));
-    return e;
+    return done(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -324,11 +358,12 @@ class Parser {
 
   ExprPtr parse_not() {
     if (is_name("not")) {
+      const Nest nest(*this);
       const Token& t = next();
       auto e = make(Expr::kUnary, t);
       e->name = "not";
       e->args.push_back(parse_not());
-      return e;
+      return done(std::move(e));
     }
     return parse_compare();
   }
@@ -360,7 +395,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->args.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? done(std::move(cmp)) : std::move(first);
   }
 
   ExprPtr parse_math1() {
@@ -402,10 +437,12 @@ class Parser {
   ExprPtr parse_unary(bool with_filter = true) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
+      const Nest nest(*this);
       const Token& t = next();
       e = make(Expr::kUnary, t);
       e->name = t.value;
       e->args.push_back(parse_unary(false));
+      e = done(std::move(e));
     } else {
       e = parse_postfix(parse_primary());
     }
@@ -439,16 +476,16 @@ class Parser {
       }
       case Token::kInt: {
         auto e = make(Expr::kLiteral, t);
-        try {
-          e->value = Value(static_cast<int64_t>(std::stoll(next().value)));
-        } catch (const std::out_of_range&) {
-          fail(t, "integer literal out of range");
-        }
+        e->value = int_literal(next());
         return e;
       }
       case Token::kFloat: {
         auto e = make(Expr::kLiteral, t);
-        e->value = Value(std::stod(next().value));
+        try {
+          e->value = Value(std::stod(next().value));
+        } catch (const std::out_of_range&) {
+          fail(t, "float literal out of range");
+        }
         return e;
       }
       case Token::kOp:
@@ -471,7 +508,7 @@ class Parser {
             tup->args.push_back(parse_expression());
           }
           expect_op(")");
-          return tup;
+          return done(std::move(tup));
         }
         if (t.value == "[") {
           next();
@@ -482,7 +519,7 @@ class Parser {
             l->args.push_back(parse_expression());
           }
           next();
-          return l;
+          return done(std::move(l));
         }
         if (t.value == "{") {
           next();
@@ -495,13 +532,21 @@ class Parser {
             d->args.push_back(parse_expression());
           }
           next();
-          return d;
+          return done(std::move(d));
         }
         break;
       default:
         break;
     }
     fail(t, "unexpected " + describe(t));
+  }
+
+  Value int_literal(const Token& t) {
+    try {
+      return Value(static_cast<int64_t>(std::stoll(t.value)));
+    } catch (const std::out_of_range&) {
+      fail(t, "integer literal out of range");
+    }
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
@@ -513,13 +558,13 @@ class Parser {
           a->kind = Expr::kItem;
           a->args.push_back(std::move(e));
           auto idx = make(Expr::kLiteral, peek());
-          idx->value = Value(static_cast<int64_t>(std::stoll(next().value)));
+          idx->value = int_literal(next());
           a->args.push_back(std::move(idx));
         } else {
           a->name = expect_name();
           a->args.push_back(std::move(e));
         }
-        e = std::move(a);
+        e = done(std::move(a));
       } else if (is_op("[")) {
         e = parse_subscript(std::move(e));
       } else if (is_op("(")) {
@@ -552,7 +597,7 @@ class Parser {
     } else {
       for (auto& p : parts) e->args.push_back(std::move(p));
     }
-    return e;
+    return done(std::move(e));
   }
 
   ExprPtr parse_call(ExprPtr callee) {
@@ -561,7 +606,7 @@ class Parser {
     c->col = callee->col;
     c->args.push_back(std::move(callee));
     parse_arg_list(*c);
-    return c;
+    return done(std::move(c));
   }
 
   // "(a, b, key=c)": positional arguments go after whatever e->args already holds.
@@ -593,7 +638,7 @@ class Parser {
         f->name = expect_name();
         f->args.push_back(std::move(e));
         if (is_op("(")) parse_arg_list(*f);
-        e = std::move(f);
+        e = done(std::move(f));
       } else if (is_name("is")) {
         next();
         const Token& t = peek();
@@ -617,7 +662,7 @@ class Parser {
         } else if (takes_bare_argument()) {
           test->args.push_back(parse_unary(false));
         }
-        e = std::move(test);
+        e = done(std::move(test));
       } else if (is_op("(")) {
         e = parse_call(std::move(e));
       } else {
@@ -640,6 +685,7 @@ class Parser {
   size_t pos_ = 0;
   int loop_depth_ = 0;
   int block_depth_ = 0;  // statements enclosing the current one
+  int nesting_ = 0;      // the parser's recursion (Nest)
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "chat/jinja_template.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 #include "chat/jinja_builtins.h"
@@ -31,6 +32,8 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
+  explicit Renderer(int64_t max_steps) : steps_left_(max_steps) {}
+
   Flow exec(const Body& body, Frame& frame, std::string& out) {
     for (const auto& s : body) {
       const Flow f = exec(*s, frame, out);
@@ -40,13 +43,42 @@ class Renderer {
   }
 
  private:
+  // Counts one evaluation step and one level of nesting for its lifetime; past a limit the
+  // render fails at the construct being evaluated.
+  class Step {
+   public:
+    Step(Renderer& r, int line, int col) : r_(r) {
+      if (--r.steps_left_ < 0)
+        fail_at(line, col, "the template takes too many steps to render (a runaway loop?)");
+      if (r.depth_ >= kMaxRenderDepth)
+        fail_at(line, col,
+                fmt::format("the template nests deeper than {} levels while rendering (recursive "
+                            "macro?)",
+                            kMaxRenderDepth));
+      ++r.depth_;
+    }
+    ~Step() { --r_.depth_; }
+    Step(const Step&) = delete;
+    Step& operator=(const Step&) = delete;
+
+   private:
+    Renderer& r_;
+  };
+
+  static void append(std::string& out, const std::string& text, const Stmt& s) {
+    if (out.size() + text.size() > kMaxStringBytes)
+      fail_at(s.line, s.col, fmt::format("the rendered text exceeds {} bytes", kMaxStringBytes));
+    out += text;
+  }
+
   Flow exec(const Stmt& s, Frame& frame, std::string& out) {
+    const Step step(*this, s.line, s.col);
     switch (s.kind) {
       case Stmt::kText:
-        out += s.text;
+        append(out, s.text, s);
         return Flow::kNormal;
       case Stmt::kOutput:
-        out += eval(*s.expr, frame).str();
+        append(out, eval(*s.expr, frame).str(), s);
         return Flow::kNormal;
       case Stmt::kIf:
         for (const auto& [cond, body] : s.branches)
@@ -172,8 +204,12 @@ class Renderer {
   }
 
   Value eval(const Expr& e, Frame& frame) {
+    const Step step(*this, e.line, e.col);
     try {
-      return eval_inner(e, frame);
+      Value v = eval_inner(e, frame);
+      if (v.is_string() && v.as_string().size() > kMaxStringBytes)
+        throw ValueError(fmt::format("a string of more than {} bytes", kMaxStringBytes));
+      return v;
     } catch (const ValueError& err) {
       fail_at(e.line, e.col, err.what());
     }
@@ -230,6 +266,8 @@ class Renderer {
         if (e.name == "not") return Value(!v.truthy());
         if (v.is_int() || v.is_bool()) {
           const int64_t i = v.is_bool() ? v.as_bool() : v.as_int();
+          if (e.name == "-" && i == std::numeric_limits<int64_t>::min())
+            throw ValueError("integer result out of the 64-bit range");
           return Value(e.name == "-" ? -i : i);
         }
         if (v.is_float()) return Value(e.name == "-" ? -v.as_float() : v.as_float());
@@ -260,17 +298,21 @@ class Renderer {
     }
     return Value();
   }
+
+  int64_t steps_left_;
+  int depth_ = 0;
 };
 
 }  // namespace
 
 Template::Template(std::string_view source) : body_(parse(source)) {}
 
-std::string Template::render(const std::vector<std::pair<std::string, Value>>& vars) const {
+std::string Template::render(const std::vector<std::pair<std::string, Value>>& vars,
+                             int64_t max_steps) const {
   Frame globals;
   for (const auto& [k, v] : vars) globals.vars[k] = v;
   Frame top{&globals, {}};
-  Renderer r;
+  Renderer r(max_steps);
   std::string out;
   r.exec(body_, top, out);
   return out;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "chat/jinja_ast.h"
+#include "chat/jinja_limits.h"
 #include "chat/jinja_value.h"
 
 namespace mls::chat::jinja {
@@ -20,8 +21,11 @@ class Template {
   explicit Template(std::string_view source);
 
   // Renders with `vars` as the template's globals (besides range, namespace, dict,
-  // raise_exception and strftime_now). Throws TemplateRuntimeError with line and column.
-  std::string render(const std::vector<std::pair<std::string, Value>>& vars) const;
+  // raise_exception and strftime_now). Throws TemplateRuntimeError with line and column, also
+  // when the render exceeds a limit of jinja_limits.h or takes more than `max_steps`
+  // evaluation steps.
+  std::string render(const std::vector<std::pair<std::string, Value>>& vars,
+                     int64_t max_steps = kMaxRenderSteps) const;
 
  private:
   Body body_;

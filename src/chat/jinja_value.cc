@@ -3,12 +3,31 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <iterator>
 
 #include <fmt/format.h>
 
+#include "chat/jinja_limits.h"
 #include "tokenizer/utf8.h"
 
 namespace mls::chat::jinja {
+namespace {
+
+// Nesting and namespace flag of a container over `children`; throws past the limits.
+template <class Data, class Range, class Get>
+void summarise(Data& d, const Range& children, Get value_of) {
+  if (std::size(children) > kMaxListItems)
+    throw ValueError(fmt::format("a list or dict of more than {} items", kMaxListItems));
+  for (const auto& c : children) {
+    const Value& v = value_of(c);
+    d.depth = std::max(d.depth, v.depth() + 1);
+    d.holds_namespace = d.holds_namespace || v.holds_namespace();
+  }
+  if (d.depth > kMaxValueDepth)
+    throw ValueError(fmt::format("a value nests deeper than {} levels", kMaxValueDepth));
+}
+
+}  // namespace
 
 const Value* DictData::find(std::string_view key) const {
   for (const auto& [k, v] : items)
@@ -17,6 +36,10 @@ const Value* DictData::find(std::string_view key) const {
 }
 
 void DictData::set(std::string key, Value v) {
+  if (is_namespace && v.holds_namespace())
+    throw ValueError("a namespace cannot hold another namespace in chat templates");
+  const Value* one[] = {&v};
+  summarise(*this, one, [](const Value* x) -> const Value& { return *x; });
   for (auto& [k, old] : items)
     if (k == key) {
       old = std::move(v);
@@ -40,6 +63,7 @@ std::optional<Value> CallArgs::kwarg(std::string_view name) const {
 
 Value Value::list(std::vector<Value> items, bool tuple) {
   auto l = std::make_shared<ListData>();
+  summarise(*l, items, [](const Value& x) -> const Value& { return x; });
   l->items = std::move(items);
   l->tuple = tuple;
   return Value(std::move(l));
@@ -47,6 +71,7 @@ Value Value::list(std::vector<Value> items, bool tuple) {
 
 Value Value::dict(std::vector<std::pair<std::string, Value>> items) {
   auto d = std::make_shared<DictData>();
+  summarise(*d, items, [](const auto& kv) -> const Value& { return kv.second; });
   d->items = std::move(items);
   return Value(std::move(d));
 }
@@ -55,7 +80,11 @@ Value Value::function(Function f) {
   return Value(std::make_shared<Function>(std::move(f)));
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxValueDepth)
+    throw ValueError(fmt::format("JSON nests deeper than {} levels", kMaxValueDepth));
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value(None{});
@@ -72,18 +101,36 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
-      return list(std::move(items));
+      for (const auto& e : j) items.push_back(from_json_at(e, depth + 1));
+      return Value::list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       std::vector<std::pair<std::string, Value>> items;
       items.reserve(j.size());
-      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
-      return dict(std::move(items));
+      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json_at(e, depth + 1));
+      return Value::dict(std::move(items));
     }
     default:
       throw ValueError("unsupported JSON value");
   }
+}
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j) {
+  return from_json_at(j, 1);
+}
+
+int Value::depth() const {
+  if (is_list()) return as_list().depth;
+  if (is_dict()) return as_dict().depth;
+  return 0;
+}
+
+bool Value::holds_namespace() const {
+  if (is_list()) return as_list().holds_namespace;
+  if (is_dict()) return as_dict().is_namespace || as_dict().holds_namespace;
+  return false;
 }
 
 double Value::to_double() const {

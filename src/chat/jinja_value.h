@@ -25,16 +25,24 @@ class ValueError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Lists and dicts record their nesting (kMaxValueDepth bounds it, so that printing, comparing
+// and freeing never recurse without bound) and whether a namespace is inside: a namespace may not
+// hold another, which keeps the only mutable values free of cycles.
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;  // prints as (a, b)
+  int depth = 1;
+  bool holds_namespace = false;
 };
 
 struct DictData {
   std::vector<std::pair<std::string, Value>> items;
   bool is_namespace = false;  // a namespace() object: the only mutable mapping in templates
+  int depth = 1;
+  bool holds_namespace = false;
 
   const Value* find(std::string_view key) const;
+  // Throws ValueError when `v` would nest too deep or put a namespace inside a namespace.
   void set(std::string key, Value v);
 };
 
@@ -73,6 +81,7 @@ class Value {
   static Value list(std::vector<Value> items, bool tuple = false);
   static Value dict(std::vector<std::pair<std::string, Value>> items = {});
   static Value function(Function f);
+  // Throws ValueError when `j` nests deeper than kMaxValueDepth.
   static Value from_json(const nlohmann::ordered_json& j);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
@@ -111,6 +120,10 @@ class Value {
   std::vector<Value> iterate() const;
   // len(); throws ValueError for values without a length.
   int64_t length() const;
+  // List/dict nesting: 0 for scalars.
+  int depth() const;
+  // A namespace, or a list/dict with one inside.
+  bool holds_namespace() const;
 
  private:
   std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<ListData>,

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/tool_parser.h"
+#include "core/json.h"
 
 namespace mls::chat {
 
@@ -28,8 +29,8 @@ ToolCallFormat deepseek_v31_format() {
     const std::string_view name = trim(body.substr(0, sep));
     const std::string_view args = trim(body.substr(sep + kSep.size()));
     if (name.empty()) return std::nullopt;
-    const auto parsed = nlohmann::json::parse(args, nullptr, false);
-    if (parsed.is_discarded() || !parsed.is_object()) return std::nullopt;
+    const auto parsed = try_parse_json<nlohmann::json>(args);
+    if (!parsed || !parsed->is_object()) return std::nullopt;
     return ParsedCall{std::string(name), {std::string(args)}};
   };
   return f;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/tool_parser.h"
+#include "core/json.h"
 
 namespace mls::chat {
 namespace {
@@ -66,8 +67,7 @@ ToolCallFormat deepseek_v32_format() {
       body.remove_prefix(end + kParamEnd.size());
       std::string value = python_json(raw);
       if (is_string && *is_string == "false") {
-        const auto parsed = nlohmann::ordered_json::parse(trim(raw), nullptr, false);
-        if (!parsed.is_discarded()) value = python_json(parsed);
+        if (const auto parsed = try_parse_json(trim(raw))) value = python_json(*parsed);
       }
       members.emplace_back(*key, std::move(value));
     }

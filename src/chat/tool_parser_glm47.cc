@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/tool_parser.h"
+#include "core/json.h"
 
 namespace mls::chat {
 namespace {
@@ -25,8 +26,8 @@ std::string param_type(const nlohmann::ordered_json& tools, std::string_view nam
   if (!tools.is_array()) return "";
   for (const auto& t : tools) {
     const auto fn = t.contains("function") ? t["function"] : t;
-    if (!fn.is_object() || fn.value("name", "") != name) continue;
-    const auto props = fn.contains("parameters")
+    if (!fn.is_object() || !fn.contains("name") || fn["name"] != std::string(name)) continue;
+    const auto props = fn.contains("parameters") && fn["parameters"].is_object()
                            ? fn["parameters"].value("properties", nlohmann::ordered_json())
                            : nlohmann::ordered_json();
     if (!props.is_object() || !props.contains(param) || !props[param].is_object()) return "";
@@ -44,8 +45,7 @@ std::string param_type(const nlohmann::ordered_json& tools, std::string_view nam
 std::string typed_value(const std::string& raw, const std::string& type) {
   if (type == "integer" || type == "number" || type == "boolean" || type == "object" ||
       type == "array") {
-    const auto parsed = nlohmann::ordered_json::parse(trim(raw), nullptr, false);
-    if (!parsed.is_discarded()) return python_json(parsed);
+    if (const auto parsed = try_parse_json(trim(raw))) return python_json(*parsed);
   }
   return python_json(raw);
 }

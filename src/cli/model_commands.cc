@@ -15,6 +15,7 @@
 
 #include "chat/chat_template.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "io/safetensors_writer.h"
@@ -78,7 +79,8 @@ std::vector<std::vector<int32_t>> read_prompt_file(const std::string& path) {
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      prompts.push_back(nlohmann::json::parse(line).get<std::vector<int32_t>>());
+      prompts.push_back(
+          parse_json<InvalidArgument, nlohmann::json>(line, "JSON").get<std::vector<int32_t>>());
     } catch (const nlohmann::json::exception& e) {
       raise<InvalidArgument>("--prompt-file {}:{}: expected a JSON list of token ids ({})", path, n,
                              e.what());

@@ -12,6 +12,7 @@
 
 #include "chat/chat_template.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mls::cli {
@@ -58,12 +59,8 @@ void run_detokenize(const DetokenizeOptions& o) {
 }
 
 void run_chat_template(const ChatTemplateOptions& o) {
-  nlohmann::ordered_json request;
-  try {
-    request = nlohmann::ordered_json::parse(tok::read_text_file(o.request_file));
-  } catch (const nlohmann::json::parse_error& e) {
-    raise<InvalidArgument>("{}: {}", o.request_file, e.what());
-  }
+  const auto request =
+      parse_json<InvalidArgument>(tok::read_text_file(o.request_file), o.request_file);
   std::optional<std::filesystem::path> override_file;
   if (!o.chat_template.empty()) override_file = o.chat_template;
   const auto tmpl = chat::ChatTemplate::from_dir(o.model, override_file);

@@ -104,9 +104,10 @@ void Engine::add_request(Request req) {
     raise<InvalidArgument>(
         "the prompt has {} tokens, which leaves no room to generate under max_model_len {}",
         prompt_len, mml);
-  if (p.max_tokens > 0 && prompt_len + p.max_tokens > mml)
-    raise<InvalidArgument>("prompt_ids ({} tokens) + max_tokens ({}) = {} exceeds max_model_len {}",
-                           prompt_len, p.max_tokens, prompt_len + p.max_tokens, mml);
+  // max_tokens may be anything a client sent: compared by subtraction, never summed.
+  if (p.max_tokens > mml - prompt_len)
+    raise<InvalidArgument>("prompt_ids ({} tokens) + max_tokens ({}) exceeds max_model_len {}",
+                           prompt_len, p.max_tokens, mml);
   if (p.n > cfg_.limits.max_num_seqs)
     raise<InvalidArgument>("n ({}) exceeds max_num_seqs ({})", p.n, cfg_.limits.max_num_seqs);
 
@@ -185,6 +186,12 @@ void Engine::abort_now(const std::string& id) {
 bool Engine::step() {
   drain_inbox();
   const std::vector<ScheduledChunk>& chunks = scheduler_.schedule();
+  if (!scheduler_.unschedulable().empty()) {
+    // The whole request ends: its other samples must not outlive its state.
+    std::vector<std::string> ids;
+    for (const Sequence* seq : scheduler_.unschedulable()) ids.push_back(seq->request->req.id);
+    for (const std::string& id : ids) abort_now(id);
+  }
   if (!chunks.empty()) {
     const Clock::time_point now = Clock::now();
     for (const ScheduledChunk& c : chunks)

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <random>
 #include <tuple>
@@ -516,6 +517,15 @@ TEST(Engine, RejectsRequestsPastMaxModelLen) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("250"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
+  }
+  // max_tokens near INT64_MAX once overflowed the sum and slipped past the check.
+  for (const int64_t max_tokens :
+       {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 100}) {
+    SamplingParams huge = greedy(1);
+    huge.max_tokens = max_tokens;
+    EXPECT_THROW(engine.add_request(
+                     {.id = "huge", .prompt_ids = {5, 6}, .params = huge, .on_token = nullptr}),
+                 InvalidArgument);
   }
   cfg.limits.max_model_len = 1000;
   EXPECT_THROW(Engine(r, cfg), InvalidArgument);  // 32 blocks of 16 hold 512 tokens

@@ -50,12 +50,25 @@ void Scheduler::preempt(Sequence* seq) {
   ++preemptions_;
 }
 
+bool Scheduler::drop_if_unschedulable(Sequence* seq) {
+  const auto len = static_cast<int64_t>(seq->tokens.size());
+  if ((len + blocks_.block_size() - 1) / blocks_.block_size() <= blocks_.num_blocks()) return false;
+  remove(seq);
+  unschedulable_.push_back(seq);
+  return true;
+}
+
 const std::vector<ScheduledChunk>& Scheduler::schedule() {
   out_.clear();
+  unschedulable_.clear();
   int64_t budget = cfg_.max_num_batched_tokens;
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
+    if (drop_if_unschedulable(s)) {
+      --i;
+      continue;
+    }
     const int64_t n = std::min(static_cast<int64_t>(s->tokens.size()) - s->num_computed, budget);
     // Victims come from the back, past every sequence already scheduled this step.
     while (s && !blocks_.allocate(s->block_table, s->num_computed + n)) {
@@ -71,6 +84,7 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
   // Admitting while others were just preempted would only thrash.
   while (!preempted && !waiting_.empty() && budget > 0) {
     Sequence* s = waiting_.front();
+    if (drop_if_unschedulable(s)) continue;
     if (static_cast<int64_t>(running_.size()) + s->seq_slots > cfg_.max_num_seqs) break;
     const auto len = static_cast<int64_t>(s->tokens.size());
     if (blocks_.prefix_caching() && !s->prompt_logits) {

@@ -45,6 +45,9 @@ class Scheduler {
 
   // Plans one step; the chunks are valid until the next call.
   const std::vector<ScheduledChunk>& schedule();
+  // Sequences the last schedule() dropped because they alone need more KV blocks than the pool
+  // holds: requeuing one would block the queue forever, so the engine ends it (abort).
+  const std::vector<Sequence*>& unschedulable() const { return unschedulable_; }
   // After the forward: advances num_computed of the scheduled chunks and publishes full blocks.
   void commit();
 
@@ -57,12 +60,15 @@ class Scheduler {
   void preempt(Sequence* seq);
   void bound_logit_rows();
   void insert_running(Sequence* seq);
+  // True (and the sequence dropped, blocks freed) when it can never fit the pool.
+  bool drop_if_unschedulable(Sequence* seq);
 
   SchedulerConfig cfg_;
   KvBlockManager& blocks_;
   std::vector<Sequence*> running_;  // arrival order
   std::deque<Sequence*> waiting_;
   std::vector<ScheduledChunk> out_;
+  std::vector<Sequence*> unschedulable_;
   int64_t preemptions_ = 0;
 };
 

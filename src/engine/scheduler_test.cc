@@ -2,8 +2,52 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 namespace mls {
 namespace {
+
+Sequence make_seq(int num_tokens, uint64_t order) {
+  Sequence s;
+  s.tokens.resize(num_tokens);
+  std::iota(s.tokens.begin(), s.tokens.end(), 0);
+  s.prompt_len = num_tokens;
+  s.arrival_order = order;
+  return s;
+}
+
+// A sequence that alone needs more blocks than the pool holds is dropped, not requeued: before
+// this rule it went back to the head of the queue each step and blocked everyone behind it.
+TEST(Scheduler, DropsAWaitingSequenceThatCanNeverFit) {
+  KvBlockManager blocks(2, 4, false);  // 8 tokens in all
+  Scheduler sched({.max_num_batched_tokens = 64, .max_num_seqs = 4}, blocks);
+  Sequence huge = make_seq(9, 0), small = make_seq(3, 1);
+  sched.add(&huge);
+  sched.add(&small);
+  const auto& chunks = sched.schedule();
+  ASSERT_EQ(sched.unschedulable().size(), 1u);
+  EXPECT_EQ(sched.unschedulable()[0], &huge);
+  ASSERT_EQ(chunks.size(), 1u);  // the one behind it runs at once
+  EXPECT_EQ(chunks[0].seq, &small);
+  EXPECT_EQ(sched.num_waiting(), 0);
+  EXPECT_EQ(sched.num_running(), 1);
+}
+
+TEST(Scheduler, DropsARunningSequenceThatOutgrowsThePool) {
+  KvBlockManager blocks(2, 4, false);
+  Scheduler sched({.max_num_batched_tokens = 64, .max_num_seqs = 4}, blocks);
+  Sequence s = make_seq(8, 0);
+  sched.add(&s);
+  ASSERT_EQ(sched.schedule().size(), 1u);
+  sched.commit();
+  s.tokens.push_back(8);  // the next token would need a third block
+  EXPECT_TRUE(sched.schedule().empty());
+  ASSERT_EQ(sched.unschedulable().size(), 1u);
+  EXPECT_TRUE(sched.empty());
+  EXPECT_EQ(blocks.num_available(), 2);  // its blocks are back in the pool
+  EXPECT_EQ(sched.preemptions(), 0);
+}
+
 
 // A step has at most max_logit_rows(cfg) logits rows (what the memory planner profiles): a
 // prompt-scoring sequence's chunks are shortened to fit beside the others' one row each, and it
@@ -11,7 +55,7 @@ namespace {
 TEST(Scheduler, PromptScoringChunksStayWithinThePlannedLogitsRows) {
   KvBlockManager blocks(64, 16, true);
   const SchedulerConfig cfg{.max_num_batched_tokens = 64, .max_num_seqs = 4};
-  Scheduler sched(cfg, blocks, false);
+  Scheduler sched(cfg, blocks);
   Sequence a, b, scored;
   for (Sequence* s : {&a, &b, &scored}) {
     s->tokens.assign(s == &scored ? 50 : 10, 7);

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace fs = std::filesystem;
 
@@ -67,13 +68,10 @@ const std::array<float, 256>& fp8_table() {
 }
 
 json read_json_file(const fs::path& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) raise<CheckpointError>("cannot read {}", path.string());
-  try {
-    return json::parse(in);
-  } catch (const json::parse_error& e) {
-    raise<CheckpointError>("{}: not valid JSON: {}", path.string(), e.what());
-  }
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  return parse_json<CheckpointError, json>(text, path.string());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mls::io {
 namespace {
@@ -240,6 +241,8 @@ std::vector<IndexerKind> parse_glm_indexers(const Fields& f, int64_t n_layers) {
     const int64_t freq = f.opt_integer("index_topk_freq").value_or(1);
     const int64_t offset = f.opt_integer("index_skip_topk_offset").value_or(2);
     if (freq <= 0) f.fail("index_topk_freq", "must be positive, found {}", freq);
+    if (offset < 0 || offset > n_layers)
+      f.fail("index_skip_topk_offset", "must be in [0, num_hidden_layers], found {}", offset);
     for (int64_t i = 0; i < n_layers; ++i)
       kinds[static_cast<size_t>(i)] = std::max<int64_t>(i - offset + 1, 0) % freq == 0
                                           ? IndexerKind::kFull
@@ -282,13 +285,10 @@ QuantConfig parse_quant(const Fields& top) {
 }
 
 json read_json(const fs::path& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) raise<ConfigError>("cannot read {}", path.string());
-  try {
-    return json::parse(in);
-  } catch (const json::parse_error& e) {
-    raise<ConfigError>("{}: not valid JSON: {}", path.string(), e.what());
-  }
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  return parse_json<ConfigError, json>(text, path.string());
 }
 
 }  // namespace
@@ -316,6 +316,10 @@ ModelConfig ModelConfig::from_json(const json& j, std::string_view source_name) 
   c.intermediate_size = f.positive("intermediate_size");
   c.moe_intermediate_size = f.positive("moe_intermediate_size");
   c.num_hidden_layers = f.positive("num_hidden_layers");
+  // Per-layer tables are sized by it: a corrupt value must fail here, not in the allocator.
+  constexpr int64_t kMaxLayers = 4096;
+  if (c.num_hidden_layers > kMaxLayers)
+    f.fail("num_hidden_layers", "is {}; at most {} are supported", c.num_hidden_layers, kMaxLayers);
   c.num_attention_heads = f.positive("num_attention_heads");
 
   c.q_lora_rank = f.opt_integer("q_lora_rank").value_or(0);

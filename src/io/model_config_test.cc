@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 
 #include "core/error.h"
 #include "io/test_dir.h"
@@ -257,6 +258,9 @@ TEST(ModelConfig, GlmIndexerTypeDefaults) {
   expect_error(j, {"layer 0 must have a full indexer"});
   j["index_topk_freq"] = 0;
   expect_error(j, {"'index_topk_freq'", "positive"});
+  j["index_topk_freq"] = 2;
+  j["index_skip_topk_offset"] = std::numeric_limits<int64_t>::min();  // once overflowed i - offset
+  expect_error(j, {"'index_skip_topk_offset'", "must be in [0, num_hidden_layers]"});
 
   j = fixture_json("tiny-glm5");
   j["indexer_types"] = {"full", "shared", "full"};
@@ -338,6 +342,23 @@ TEST(ModelConfig, EosIdsFromConfigAndGenerationConfig) {
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("generation_config.json: field 'eos_token_id'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Corrupt configs must fail in the parser, not in the allocator or on the stack.
+TEST(ModelConfig, HostileConfigs) {
+  json j = fixture_json("tiny-glm5");
+  j["num_hidden_layers"] = int64_t{1} << 40;
+  expect_error(j, {"'num_hidden_layers'", "at most 4096"});
+  TestDir dir;
+  std::ofstream(dir / "config.json") << std::string(100000, '[') << std::string(100000, ']');
+  try {
+    ModelConfig::load(dir.path());
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: JSON nests deeper than 128 levels"),
               std::string::npos)
         << e.what();
   }

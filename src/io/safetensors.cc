@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mls::io {
 namespace {
@@ -108,16 +109,17 @@ void SafetensorsFile::parse_header() {
   const auto* bytes = static_cast<const std::byte*>(map_);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | std::to_integer<uint64_t>(bytes[i]);
+  // The reference implementation's bound: a larger header is corrupt, not a real checkpoint.
+  constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+  if (header_len > kMaxHeaderBytes)
+    raise<CheckpointError>("{}: header length {} exceeds the format's limit of {} bytes", file,
+                           header_len, kMaxHeaderBytes);
   if (header_len > map_size_ - 8)
     raise<CheckpointError>("{}: header length {} exceeds the {} bytes after it (truncated file?)",
                            file, header_len, map_size_ - 8);
   const auto* header_begin = reinterpret_cast<const char*>(bytes + 8);
-  json header;
-  try {
-    header = json::parse(header_begin, header_begin + header_len);
-  } catch (const json::parse_error& e) {
-    raise<CheckpointError>("{}: header is not valid JSON: {}", file, e.what());
-  }
+  const json header = parse_json<CheckpointError, json>(std::string_view(header_begin, header_len),
+                                                        file + ": header");
   if (!header.is_object()) raise<CheckpointError>("{}: header is not a JSON object", file);
 
   const std::byte* data = bytes + 8 + header_len;

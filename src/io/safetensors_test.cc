@@ -154,6 +154,20 @@ TEST(Safetensors, ShorterThanData) {
   expect_open_error(p, {"model.w", "run past the 8-byte data region"});
 }
 
+// The reported crash: a header whose `shape` nests ~20k levels deep (the JSON printer of the
+// error message recursed once per level).
+TEST(Safetensors, DeeplyNestedHeaderIsRejected) {
+  TestDir dir;
+  const fs::path p = dir / "deep.safetensors";
+  write_raw(p,
+            R"({"w": {"dtype": "F32", "shape": )" + std::string(20000, '[') + "1" +
+                std::string(20000, ']') + R"(, "data_offsets": [0, 4]}})",
+            4);
+  expect_open_error(p, {"header: JSON nests deeper than 128 levels"});
+  write_raw(p, 100'000'001, "{}", 0);
+  expect_open_error(p, {"header length 100000001 exceeds the format's limit"});
+}
+
 TEST(Safetensors, BadJson) {
   TestDir dir;
   const fs::path p = dir / "j.safetensors";

@@ -9,18 +9,17 @@
 #include <mutex>
 #include <set>
 
+#include "chat/chat_template.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/json.h"
 #include "server/errors.h"
+#include "server/stop_matcher.h"
 
 namespace mls::server {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-// Deeply nested input would later recurse (template rendering, dumps) until the stack runs out;
-// no legitimate request comes near this depth.
-constexpr int kMaxJsonDepth = 256;
 
 // A present, non-null field, or nullptr (OpenAI clients send null for "unset").
 const ojson* field(const ojson& obj, const char* key) {
@@ -282,6 +281,10 @@ SamplingOptions parse_sampling_fields(const ojson& body, const GenerationDefault
     if (stop->is_string()) {
       o.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
+      if (stop->size() > kMaxStopStrings)
+        bad_request(fmt::format("'stop' may hold at most {} strings (got {})", kMaxStopStrings,
+                                stop->size()),
+                    "stop");
       for (const ojson& s : *stop) {
         if (!s.is_string()) bad_request("'stop' must be a string or a list of strings", "stop");
         o.stop.push_back(s.get<std::string>());
@@ -289,8 +292,16 @@ SamplingOptions parse_sampling_fields(const ojson& body, const GenerationDefault
     } else {
       bad_request("'stop' must be a string or a list of strings", "stop");
     }
-    for (const std::string& s : o.stop)
+    size_t total = 0;
+    for (const std::string& s : o.stop) {
       if (s.empty()) bad_request("'stop' strings must not be empty", "stop");
+      total += s.size();
+    }
+    if (o.stop.size() > kMaxStopStrings || total > kMaxStopBytes)
+      bad_request(
+          fmt::format("'stop' may hold at most {} strings of {} bytes in all (got {} of {})",
+                      kMaxStopStrings, kMaxStopBytes, o.stop.size(), total),
+          "stop");
   }
   o.skip_special_tokens = opt_bool(body, "skip_special_tokens").value_or(true);
   o.stream = opt_bool(body, "stream").value_or(false);
@@ -397,16 +408,36 @@ ojson normalise_messages_impl(const ojson& messages) {
   return out;
 }
 
+// A tool's `parameters` is a JSON Schema of an object (OpenAI): tool parsers read argument
+// types from its `properties`, so its shape is checked here rather than trusted there.
+void check_tool_parameters(const ojson& function, size_t index) {
+  const ojson* params = field(function, "parameters");
+  if (!params) return;
+  const std::string param = fmt::format("tools[{}].function.parameters", index);
+  if (!params->is_object()) bad_request(param + " must be a JSON Schema object", param);
+  if (const ojson* type = field(*params, "type"); type && *type != "object")
+    bad_request(param + ".type must be \"object\"", param);
+  if (const ojson* props = field(*params, "properties")) {
+    if (!props->is_object()) bad_request(param + ".properties must be an object", param);
+    for (const auto& [name, schema] : props->items())
+      if (!schema.is_object() && !schema.is_boolean())
+        bad_request(fmt::format("{}.properties.{} must be a JSON Schema (an object)", param, name),
+                    param);
+  }
+}
+
 void parse_tools(const ojson& body, ChatRequest& r) {
   if (const ojson* tools = field(body, "tools")) {
     if (!tools->is_array()) bad_request("'tools' must be a list", "tools");
-    for (const ojson& t : *tools) {
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const ojson& t = (*tools)[i];
       if (!t.is_object() || !t.contains("function") || !t["function"].is_object() ||
           !t["function"].contains("name") || !t["function"]["name"].is_string())
         bad_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
                     "tools");
       if (t.contains("type") && t["type"] != "function")
         bad_request("only tools of type 'function' are supported", "tools");
+      check_tool_parameters(t["function"], i);
     }
     r.tools = *tools;
   }
@@ -492,30 +523,37 @@ GenerationDefaults GenerationDefaults::load(const std::filesystem::path& model_d
   if (mode != "auto")
     raise<InvalidArgument>("--generation-config '{}': expected auto or vllm", mode);
   const std::filesystem::path path = model_dir / "generation_config.json";
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return d;
-  const ojson j = ojson::parse(in, nullptr, false);
-  if (!j.is_object()) return d;
+  const std::optional<ojson> parsed =
+      try_parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
+  if (!parsed || !parsed->is_object()) return d;
+  const ojson& j = *parsed;
   const auto num = [&](const char* k) -> std::optional<double> {
     return j.contains(k) && j[k].is_number() ? std::optional(j[k].get<double>()) : std::nullopt;
+  };
+  // Integers as the file wrote them, when they are integers a request could have sent.
+  const auto integer = [&](const char* k) -> std::optional<int64_t> {
+    const std::optional<double> v = num(k);
+    if (!v || std::floor(*v) != *v || std::abs(*v) >= 9e15) return std::nullopt;
+    return static_cast<int64_t>(*v);
   };
   d.temperature = num("temperature");
   d.top_p = num("top_p");
   d.min_p = num("min_p");
   d.repetition_penalty = num("repetition_penalty");
-  if (const auto k = num("top_k")) d.top_k = static_cast<int64_t>(*k);
-  if (const auto m = num("max_new_tokens")) d.max_tokens = static_cast<int64_t>(*m);
+  d.top_k = integer("top_k");
+  d.max_tokens = integer("max_new_tokens");
   return d;
 }
 
 nlohmann::ordered_json parse_json_body(const std::string& body) {
-  const ojson::parser_callback_t limit_depth = [](int depth, ojson::parse_event_t, ojson&) {
-    if (depth > kMaxJsonDepth)
-      bad_request(fmt::format("the request body nests JSON deeper than {} levels", kMaxJsonDepth));
-    return true;
-  };
-  ojson j = ojson::parse(body, limit_depth, false);
-  if (j.is_discarded()) bad_request("the request body is not valid JSON");
+  ojson j;
+  try {
+    j = parse_json<InvalidArgument>(body, "the request body");
+  } catch (const InvalidArgument& e) {
+    bad_request(e.what());
+  }
   if (!j.is_object()) bad_request("the request body must be a JSON object");
   return j;
 }
@@ -546,6 +584,9 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
   if (const ojson* kw = field(body, "chat_template_kwargs")) {
     if (!kw->is_object())
       bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    for (const auto& [k, v] : kw->items())
+      if (chat::is_reserved_template_variable(k))
+        bad_request(chat::reserved_kwarg_message(k), "chat_template_kwargs." + k);
     t["chat_template_kwargs"] = *kw;
   }
   if (const ojson* docs = field(body, "documents")) t["documents"] = *docs;

@@ -90,6 +90,59 @@ TEST(OpenAiProtocol, ChatValidationNamesTheField) {
   for (const BadCase& c : cases) expect_400(c, true);
 }
 
+TEST(OpenAiProtocol, HostileRequestsAreA400NamingTheField) {
+  const std::string deep = std::string(16000, '[') + std::string(16000, ']');
+  EXPECT_THROW(parse_json_body("{\"messages\": " + deep + "}"), ApiError);
+  const std::string many_stops = [] {
+    std::string s = R"({"prompt": "x", "stop": [)";
+    for (int i = 0; i < 129; ++i) s += (i ? ", \"" : "\"") + std::to_string(i) + "\"";
+    return s + "]}";
+  }();
+  const std::string long_stop = R"({"prompt": "x", "stop": ")" + std::string(16385, 'z') + "\"}";
+  const BadCase completion[] = {
+      {many_stops.c_str(), "stop", "at most 128 strings (got 129)"},
+      {long_stop.c_str(), "stop", "of 16384 bytes in all (got 1 of 16385)"},
+  };
+  for (const BadCase& c : completion) expect_400(c, false);
+  const BadCase chat[] = {
+      {R"({"messages": [{"role": "user", "content": "x"}],
+          "chat_template_kwargs": {"ok": 1, "messages": []}})",
+       "chat_template_kwargs.messages", "chat_template_kwargs may not set 'messages'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"tools": 1}})",
+       "chat_template_kwargs.tools", "may not set 'tools'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "a", "parameters": "str"}}]})",
+       "tools[0].function.parameters", "must be a JSON Schema object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "a"}}, {"type": "function", "function": {"name": "b",
+          "parameters": {"type": "array"}}}]})",
+       "tools[1].function.parameters", ".type must be \"object\""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "a", "parameters": {"properties": [1]}}}]})",
+       "tools[0].function.parameters", ".properties must be an object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "a", "parameters": {"properties": {"p": 3}}}}]})",
+       "tools[0].function.parameters", ".properties.p must be a JSON Schema"},
+  };
+  for (const BadCase& c : chat) expect_400(c, true);
+  // Within the limits: 128 stop strings, a schema with properties.
+  EXPECT_NO_THROW(parse_completion_request(parse_json_body(R"({"prompt": "x", "stop": [)" +
+                                                           [] {
+                                                             std::string s;
+                                                             for (int i = 0; i < 128; ++i)
+                                                               s += (i ? ", \"" : "\"") +
+                                                                    std::to_string(i) + "\"";
+                                                             return s;
+                                                           }() +
+                                                           "]}"),
+                                           {}));
+  EXPECT_NO_THROW(parse_chat_request(
+      parse_json_body(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type":
+          "function", "function": {"name": "a", "parameters": {"type": "object", "properties":
+          {"p": {"type": "string"}, "q": true}}}}], "chat_template_kwargs": {"k": 1}})"),
+      {}));
+}
+
 TEST(OpenAiProtocol, CompletionValidationNamesTheField) {
   const BadCase cases[] = {
       {R"({})", "prompt", "'prompt' is required"},

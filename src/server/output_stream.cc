@@ -47,11 +47,13 @@ bool EventChannel::wait(std::vector<OutputEvent>& out, std::chrono::milliseconds
 
 OutputStream::OutputStream(const tok::Tokenizer& tokenizer, StreamSpec spec,
                            std::shared_ptr<EventChannel> channel, Metrics* metrics)
-    : tok_(tokenizer), spec_(std::move(spec)), channel_(std::move(channel)), metrics_(metrics) {
+    : tok_(tokenizer),
+      spec_(std::move(spec)),
+      channel_(std::move(channel)),
+      metrics_(metrics),
+      stops_(spec_.stop) {
   for (int i = 0; i < spec_.n; ++i)
-    samples_.push_back(
-        {tok::IncrementalDetokenizer(tok_, spec_.skip_special_tokens), {}, 0, false, {}});
-  for (const std::string& s : spec_.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
+    samples_.emplace_back(tok::IncrementalDetokenizer(tok_, spec_.skip_special_tokens));
 }
 
 TokenCallback OutputStream::callback(const tok::Tokenizer& tokenizer, StreamSpec spec,
@@ -91,27 +93,30 @@ std::string OutputStream::token_text(Sample& s, int32_t id) {
 }
 
 bool OutputStream::release(Sample& s, OutputEvent& ev) {
-  // The earliest match; at equal positions the first in the request's list.
-  size_t match = std::string::npos;
-  const std::string* matched = nullptr;
-  for (const std::string& stop : spec_.stop) {
-    const size_t at = s.held.find(stop);
-    if (at < match) match = at, matched = &stop;
-  }
-  if (matched) {
+  const std::optional<size_t> match = stops_.scan(s.stop_state, s.held, s.scanned);
+  if (match) {
+    // Which string matched there: at equal starts the first in the request's list.
+    const std::string* matched = nullptr;
+    for (const std::string& stop : spec_.stop)
+      if (s.held.compare(*match, stop.size(), stop) == 0) {
+        matched = &stop;
+        break;
+      }
     // The stop string itself is output only when asked (vLLM's include_stop_str_in_output).
-    ev.text += s.held.substr(0, match + (spec_.include_stop_str_in_output ? matched->size() : 0));
-    ev.stop_string = *matched;
+    const size_t shown = spec_.include_stop_str_in_output && matched ? matched->size() : 0;
+    ev.text += s.held.substr(0, *match + shown);
+    if (matched) ev.stop_string = *matched;
     s.held.clear();
+    s.scanned = 0;
     return true;
   }
   // Keep back what could still grow into a stop string, cut at a character boundary.
-  size_t keep = max_stop_len_ > 0 ? std::min(s.held.size(), max_stop_len_ - 1) : 0;
-  size_t cut = s.held.size() - keep;
+  size_t cut = s.held.size() - stops_.pending(s.stop_state);
   while (cut > 0 && cut < s.held.size() && (static_cast<unsigned char>(s.held[cut]) & 0xC0) == 0x80)
     --cut;
   ev.text += s.held.substr(0, cut);
   s.held.erase(0, cut);
+  s.scanned = s.held.size();
   return false;
 }
 
@@ -203,6 +208,7 @@ Verdict OutputStream::handle(const TokenEvent& ev) {
     } else {
       out.text += s.held;
       s.held.clear();
+      s.scanned = 0;
     }
     if (reason == FinishReason::kNone) reason = FinishReason::kStop;
   }

@@ -1,8 +1,9 @@
 // From engine token events to text events. The engine's callback runs on its loop thread, so the
-// work done there is kept small and bounded: detokenize the new token incrementally, match stop
-// strings (the engine needs the verdict before its next step), copy logprobs, push one event and
-// notify. Protocol shaping (reasoning and tool-call parsing, JSON, SSE) happens on the HTTP
-// handler thread that drains the channel.
+// work done there is kept small and bounded: detokenize the new token incrementally, advance the
+// stop-string automaton over the new text (the engine needs the verdict before its next step;
+// the automaton is built on the HTTP thread when the request is submitted), copy logprobs, push
+// one event and notify. Protocol shaping (reasoning and tool-call parsing, JSON, SSE) happens on
+// the HTTP handler thread that drains the channel.
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "server/stop_matcher.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -91,8 +93,11 @@ class OutputStream {
 
  private:
   struct Sample {
+    explicit Sample(tok::IncrementalDetokenizer d) : detok(std::move(d)) {}
     tok::IncrementalDetokenizer detok;
-    std::string held;  // final text not yet released: it may start a stop string
+    std::string held;    // final text not yet released: it may start a stop string
+    size_t scanned = 0;  // bytes of `held` the stop automaton has seen
+    StopMatcher::State stop_state = 0;
     int64_t num_tokens = 0;
     bool done = false;
     Clock::time_point last_token;
@@ -108,8 +113,8 @@ class OutputStream {
   StreamSpec spec_;
   std::shared_ptr<EventChannel> channel_;
   Metrics* metrics_;
+  StopMatcher stops_;
   std::vector<Sample> samples_;
-  size_t max_stop_len_ = 0;
   int num_done_ = 0;
 };
 

@@ -57,15 +57,35 @@ TEST_F(OutputStreamTest, HoldsBackOnlyWhatCouldStartAStopString) {
       tok_,
       {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {"XYZ"}, .script = nullptr},
       ch, nullptr);
-  for (int32_t id : tok_.encode("abc def", false)) s.on_token(token(id));
+  for (int32_t id : tok_.encode("abc dXY", false)) s.on_token(token(id));
   std::vector<OutputEvent> events;
   ch->wait(events, std::chrono::milliseconds(0));
-  EXPECT_EQ(text_of(events), "abc d");  // two bytes could still begin "XYZ"
+  EXPECT_EQ(text_of(events), "abc d");  // "XY" could still grow into "XYZ"
   s.on_token(token(kEos, FinishReason::kStop));
   ch->wait(events, std::chrono::milliseconds(0));
-  EXPECT_EQ(text_of(events), "abc def");  // the EOS token's text is not output
+  EXPECT_EQ(text_of(events), "abc dXY");  // the EOS token's text is not output
   EXPECT_EQ(events.back().finish, FinishReason::kStop);
   EXPECT_EQ(events.back().token_ids, std::vector<int32_t>{kEos});
+}
+
+TEST_F(OutputStreamTest, ManyStopStringsMatchLikeOne) {
+  std::vector<std::string> stops;
+  for (size_t i = 0; i + 1 < kMaxStopStrings; ++i)
+    stops.push_back(std::string(100, 'q') + std::to_string(i));
+  stops.push_back(" wor");
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(
+      tok_,
+      {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = stops, .script = nullptr},
+      ch, nullptr);
+  Verdict v = Verdict::kContinue;
+  for (int32_t id : tok_.encode("hello world and more", false))
+    if ((v = s.on_token(token(id))) == Verdict::kStop) break;
+  EXPECT_EQ(v, Verdict::kStop);
+  std::vector<OutputEvent> events;
+  ch->wait(events, std::chrono::milliseconds(0));
+  EXPECT_EQ(text_of(events), "hello");
+  EXPECT_EQ(events.back().finish, FinishReason::kStop);
 }
 
 TEST_F(OutputStreamTest, AbortEndsEverySample) {

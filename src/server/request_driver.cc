@@ -20,11 +20,13 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
   const int64_t mml = ctx_.max_model_len();
   const int64_t max_tokens = sampling.params.max_tokens;
   if (len == 0) bad_request(fmt::format("the {} produced no tokens", what), what);
-  if (len >= mml || len + max_tokens > mml)
+  // max_tokens is the client's (up to INT64_MAX): compared by subtraction, summed unsigned.
+  if (len >= mml || max_tokens > mml - len)
     bad_request(fmt::format("This model's maximum context length is {} tokens. However, you "
                             "requested {} tokens ({} in the {}, {} in the completion). Please "
                             "reduce the length of the {} or completion.",
-                            mml, len + max_tokens, len, what, max_tokens, what),
+                            mml, static_cast<uint64_t>(len) + static_cast<uint64_t>(max_tokens),
+                            len, what, max_tokens, what),
                 what);
 
   Request req;

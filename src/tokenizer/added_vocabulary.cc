@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "tokenizer/token_id.h"
 
 namespace mls::tok {
 namespace {
@@ -26,7 +27,7 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens) {
   if (added_tokens.is_null()) return v;
   for (const auto& t : added_tokens) {
     AddedToken a;
-    a.id = t.at("id").get<int32_t>();
+    a.id = token_id(t.at("id"), "added_tokens");
     a.content = t.at("content").get<std::string>();
     a.special = t.value("special", false);
     a.single_word = t.value("single_word", false);

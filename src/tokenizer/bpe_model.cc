@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/token_id.h"
 
 namespace mls::tok {
 
@@ -31,8 +32,10 @@ BpeModel BpeModel::from_json(const nlohmann::json& model) {
   if (model.value("byte_fallback", false))
     raise<Unsupported>("tokenizer.json: BPE byte_fallback is not supported");
   BpeModel m;
-  for (const auto& [token, id] : model.at("vocab").items())
-    m.vocab_.emplace(token, id.get<int32_t>());
+  const auto& vocab = model.at("vocab");
+  if (!vocab.is_object()) raise<ConfigError>("tokenizer.json: model.vocab is not an object");
+  for (const auto& [token, id] : vocab.items())
+    m.vocab_.emplace(token, token_id(id, "model.vocab"));
   m.ignore_merges_ = model.value("ignore_merges", false);
   for (int b = 0; b < 256; ++b) {
     auto it = m.vocab_.find(byte_to_symbol(static_cast<unsigned char>(b)));

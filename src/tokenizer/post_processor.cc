@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tokenizer/token_id.h"
 
 namespace mls::tok {
 namespace {
@@ -20,7 +21,7 @@ void add_template(const nlohmann::json& config, PostProcessor& p) {
       raise<ConfigError>("tokenizer.json: TemplateProcessing names unknown special token '{}'",
                          name);
     for (const auto& id : special[name].at("ids"))
-      (after_sequence ? p.suffix : p.prefix).push_back(id.get<int32_t>());
+      (after_sequence ? p.suffix : p.prefix).push_back(token_id(id, "post_processor"));
   }
 }
 

@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -115,10 +116,10 @@ void PreTokenizer::add_json(const nlohmann::json& config, bool& saw_byte_level) 
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out) const {
   std::vector<std::string_view> cur{text}, next;
   for (const auto& splitter : splitters_) {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(splitter->code(), nullptr);
+    const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+        pcre2_match_data_create_from_pattern(splitter->code(), nullptr), &pcre2_match_data_free);
     next.clear();
-    for (std::string_view piece : cur) splitter->split(piece, md, next);
-    pcre2_match_data_free(md);
+    for (std::string_view piece : cur) splitter->split(piece, md.get(), next);
     cur.swap(next);
   }
   out.insert(out.end(), cur.begin(), cur.end());

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
 
@@ -10,13 +11,8 @@ namespace mls::tok {
 
 Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
   const auto path = dir / "tokenizer.json";
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    raise<ConfigError>("{}: {}", path.string(), e.what());
-  }
-  return from_json(j, TokenizerConfig::from_dir(dir));
+  return from_json(parse_json<ConfigError, nlohmann::json>(read_text_file(path), path.string()),
+                   TokenizerConfig::from_dir(dir));
 }
 
 Tokenizer Tokenizer::from_json(const nlohmann::json& j, const TokenizerConfig& config) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mls::tok {
 namespace {
@@ -57,7 +58,8 @@ TokenizerConfig TokenizerConfig::from_dir(const std::filesystem::path& dir) {
   const auto config_path = dir / "tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
     try {
-      c = from_json(nlohmann::json::parse(read_text_file(config_path)));
+      c = from_json(parse_json<ConfigError, nlohmann::json>(read_text_file(config_path),
+                                                            config_path.string()));
     } catch (const nlohmann::json::exception& e) {
       raise<ConfigError>("{}: {}", config_path.string(), e.what());
     }

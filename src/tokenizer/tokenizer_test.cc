@@ -13,6 +13,8 @@ namespace {
 
 const std::filesystem::path kData = MLASERVE_TEST_DATA;
 
+// Callers keep the result in a local: a range-for over a member of the temporary would read
+// freed memory (the temporary dies before the loop body runs; ASan found it).
 nlohmann::json load_golden(const std::string& name) {
   return nlohmann::json::parse(read_text_file(kData / name / "golden.json"));
 }
@@ -21,7 +23,8 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenTest, EncodeMatchesHuggingFace) {
   const Tokenizer tok = Tokenizer::from_dir(kData / GetParam());
-  for (const auto& c : load_golden(GetParam())["cases"]) {
+  const nlohmann::json golden = load_golden(GetParam());
+  for (const auto& c : golden["cases"]) {
     const std::string text = c["text"];
     SCOPED_TRACE(text.substr(0, 80));
     EXPECT_EQ(tok.encode(text, false), c["ids"].get<std::vector<int32_t>>());
@@ -31,7 +34,8 @@ TEST_P(GoldenTest, EncodeMatchesHuggingFace) {
 
 TEST_P(GoldenTest, DecodeMatchesHuggingFace) {
   const Tokenizer tok = Tokenizer::from_dir(kData / GetParam());
-  for (const auto& c : load_golden(GetParam())["cases"]) {
+  const nlohmann::json golden = load_golden(GetParam());
+  for (const auto& c : golden["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
     SCOPED_TRACE(c["text"].get<std::string>().substr(0, 80));
     EXPECT_EQ(tok.decode(ids, false), c["decode"].get<std::string>());
@@ -41,7 +45,8 @@ TEST_P(GoldenTest, DecodeMatchesHuggingFace) {
 
 TEST_P(GoldenTest, TokensSpellLikeHuggingFace) {
   const Tokenizer tok = Tokenizer::from_dir(kData / GetParam());
-  for (const auto& c : load_golden(GetParam())["cases"]) {
+  const nlohmann::json golden = load_golden(GetParam());
+  for (const auto& c : golden["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
     const auto tokens = c["tokens"].get<std::vector<std::string>>();
     ASSERT_EQ(ids.size(), tokens.size());
@@ -111,6 +116,38 @@ TEST(Tokenizer, StringMergesAndGpt2Regex) {
   for (int32_t i : ids) spelled.push_back(tok.id_to_token(i));
   EXPECT_EQ(spelled, (std::vector<std::string>{"hell", "o", "Ġw", "o", "r", "l", "d", "<eot>"}));
   EXPECT_EQ(tok.decode(ids, true), "hello world");
+}
+
+// tokenizer.json ids index the tokenizer's tables: negative, huge, fractional or non-numeric ids
+// are a ConfigError naming where they are, never an out-of-bounds write or a huge allocation.
+TEST(Tokenizer, RejectsBadIds) {
+  const auto base = nlohmann::json::parse(read_text_file(kData / "tok-glm" / "tokenizer.json"));
+  const nlohmann::json bad_ids[] = {-1,  int64_t{1} << 31, uint64_t{1} << 63, 4194304, 1.5,
+                                    "7", nullptr};
+  for (const auto& id : bad_ids) {
+    SCOPED_TRACE(id.dump());
+    const auto expect_rejected = [&](nlohmann::json j, const char* where) {
+      try {
+        Tokenizer::from_json(j);
+        ADD_FAILURE() << "accepted";
+      } catch (const ConfigError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(std::string(where) + ": token id " + id.dump() +
+                            " is not an integer in [0, 4194304)"),
+                  std::string::npos)
+            << what;
+      }
+    };
+    nlohmann::json j = base;
+    j["added_tokens"][0]["id"] = id;
+    expect_rejected(j, "added_tokens");
+    j = base;
+    j["model"]["vocab"]["zzz-new"] = id;
+    expect_rejected(j, "model.vocab");
+  }
+  nlohmann::json j = base;
+  j["model"]["vocab"] = nlohmann::json::array();
+  EXPECT_THROW(Tokenizer::from_json(j), ConfigError);
 }
 
 TEST(Tokenizer, RejectsBadInput) {

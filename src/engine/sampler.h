@@ -1,7 +1,8 @@
 // Turns one row of logits into the next token of one sequence, vLLM semantics and order:
 //   1. logprobs are those of the raw model distribution (log_softmax of the logits before any
 //      penalty or temperature; vLLM's default "raw_logprobs"),
-//   2. min_tokens: EOS and stop ids get -inf until min_tokens tokens exist,
+//   2. min_tokens: EOS and stop ids get -inf until min_tokens tokens exist; a structured output's
+//      mask sets every token it does not allow to -inf,
 //   3. repetition penalty over prompt + output tokens (positive logits divided, negative ones
 //      multiplied), then frequency (× count) and presence (once) penalties over output tokens,
 //   4. greedy: argmax (the first maximum); otherwise temperature, min_p, top_k, top_p, and one
@@ -28,6 +29,9 @@ struct SampleInput {
   uint64_t seed = 0;  // the request's seed (or a random one when none was given)
   int sample_index = 0;
   std::span<const int64_t> suppressed;  // ids masked to -inf (min_tokens not reached yet)
+  // Structured output: ceil(vocab / 32) words, bit t % 32 of word t / 32 set when token t may
+  // be drawn (every other logit becomes -inf); empty: no constraint.
+  std::span<const uint32_t> allowed;
 };
 
 class Sampler {

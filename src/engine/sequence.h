@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/request.h"
@@ -22,6 +23,7 @@ struct Sequence {
   std::vector<int32_t> block_table;
   std::vector<uint64_t> block_hashes;
   FinishReason finish = FinishReason::kNone;
+  std::unique_ptr<TokenConstraint> constraint;  // this sample's position in its constraint
 
   int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   bool finished() const { return finish != FinishReason::kNone; }

@@ -264,11 +264,14 @@ void run_serve(ServeFlags f) {
   }
   server::Metrics metrics(f.served_model_name.front());
   server::EngineLoop loop(engine);
+  grammar::GrammarCompiler grammars(std::make_shared<const grammar::Vocabulary>(
+      grammar::Vocabulary::from_tokenizer(tokenizer, runner->config().vocab_size)));
   server::ServingContext ctx{.opts = std::move(opts),
                              .tokenizer = tokenizer,
                              .chat_template = tmpl ? &*tmpl : nullptr,
                              .loop = loop,
-                             .metrics = metrics};
+                             .metrics = metrics,
+                             .grammars = &grammars};
   http.log_routes();
   http.set_context(&ctx);
   MLS_LOG_INFO("Application startup complete: serving '{}' on http://{}:{}", ctx.model_name(),

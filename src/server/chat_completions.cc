@@ -8,6 +8,7 @@
 #include "server/reply_from_driver.h"
 #include "server/request_driver.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 
 namespace mls::server {
 
@@ -70,12 +71,13 @@ ChatResponder::Delta ChatResponder::process(Choice& c, const OutputEvent& ev) {
     d.tool_events = c.tool_parser->feed(content);
     if (ev.finish != FinishReason::kNone)
       for (chat::ToolEvent& e : c.tool_parser->finish()) d.tool_events.push_back(std::move(e));
-    // Content events are folded into the content delta; the rest stay tool-call events.
+    // Content events are folded into the content delta; the rest stay tool-call events
+    // (without parallel_tool_calls, those of the first call only).
     std::vector<chat::ToolEvent> calls;
     for (chat::ToolEvent& e : d.tool_events) {
       if (e.kind == chat::ToolEvent::kContent)
         d.content += e.text;
-      else
+      else if (cfg_.parallel_tool_calls || e.index == 0)
         calls.push_back(std::move(e));
     }
     d.tool_events = std::move(calls);
@@ -245,6 +247,14 @@ Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
         "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
         "tool_choice");
 
+  const bool forced_call =
+      req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;
+  if (forced_call && req.sampling.structured.kind != StructuredOutput::Kind::kNone)
+    bad_request(
+        fmt::format("'{}' cannot be combined with tool_choice '{}'", req.sampling.structured.field,
+                    req.tool_choice == ToolChoice::kNamed ? req.tool_name : "required"),
+        req.sampling.structured.field);
+
   const std::string prompt = render_chat_prompt(ctx, req);
   std::vector<int32_t> ids;
   try {
@@ -253,19 +263,33 @@ Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
     bad_request(e.what(), "messages");
   }
 
+  // The output's constraint (structured output or the forced tool call); with a reasoning
+  // parser, a section the prompt opens stays free until its end marker, as vLLM does.
+  const bool starts_in_reasoning = ends_in_think(prompt);
+  const std::string gate = !ctx.opts.reasoning_parser.empty() && starts_in_reasoning
+                               ? std::string(chat::kReasoningEnd)
+                               : std::string();
+  SamplingOptions sampling = req.sampling;
+  sampling.constraint =
+      forced_call ? tool_call_constraint(ctx, req.tools,
+                                         req.tool_choice == ToolChoice::kNamed ? req.tool_name : "",
+                                         req.parallel_tool_calls, gate)
+                  : structured_constraint(ctx, req.sampling.structured, gate);
+
   ChatOutputConfig cfg{.id = random_id("chatcmpl"),
                        .model = ctx.model_name(),
                        .created = unix_time(),
                        .reasoning_parser = ctx.opts.reasoning_parser,
-                       .starts_in_reasoning = ends_in_think(prompt),
+                       .starts_in_reasoning = starts_in_reasoning,
                        .include_reasoning = req.include_reasoning,
                        .tool_parser = parse_tools ? ctx.opts.tool_call_parser : "",
                        .tools = req.tools,
                        .tool_choice = req.tool_choice,
+                       .parallel_tool_calls = req.parallel_tool_calls,
                        .logprobs = req.logprobs,
                        .include_usage = req.sampling.include_usage};
   auto driver = std::make_shared<RequestDriver>(ctx, cfg.id);
-  driver->submit(std::move(ids), req.sampling, "messages");
+  driver->submit(std::move(ids), sampling, "messages");
   auto responder = std::make_shared<ChatResponder>(std::move(cfg), ctx.tokenizer);
 
   return reply_from_driver(driver, responder, req.sampling.stream);

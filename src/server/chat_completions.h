@@ -26,6 +26,7 @@ struct ChatOutputConfig {
   std::string tool_parser;  // "" : tool calls are not parsed
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   ToolChoice tool_choice = ToolChoice::kNone;
+  bool parallel_tool_calls = true;  // false: only the first call is reported
   bool logprobs = false;
   bool include_usage = false;
 };

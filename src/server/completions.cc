@@ -6,6 +6,7 @@
 #include "server/reply_from_driver.h"
 #include "server/request_driver.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 
 namespace mls::server {
 
@@ -114,6 +115,8 @@ Reply handle_completions(ServingContext& ctx, const std::string& body) {
                              .echo = {},
                              .logprobs = req.sampling.params.logprobs >= 0,
                              .include_usage = req.sampling.include_usage};
+  SamplingOptions sampling = req.sampling;
+  sampling.constraint = structured_constraint(ctx, req.sampling.structured, "");
   auto driver = std::make_shared<RequestDriver>(ctx, cfg.id);
   for (const PromptInput& p : req.prompts) {
     std::vector<int32_t> ids = p.ids;
@@ -125,7 +128,7 @@ Reply handle_completions(ServingContext& ctx, const std::string& body) {
       bad_request(e.what(), "prompt");
     }
     for (int i = 0; i < req.sampling.params.n; ++i) cfg.echo.push_back(text);
-    driver->submit(std::move(ids), req.sampling, "prompt");
+    driver->submit(std::move(ids), sampling, "prompt");
   }
   auto responder = std::make_shared<CompletionResponder>(std::move(cfg), ctx.tokenizer);
 

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/token_constraint.h"
 
 namespace mls::server {
 
@@ -24,12 +26,25 @@ struct GenerationDefaults {
   static GenerationDefaults load(const std::filesystem::path& model_dir, const std::string& mode);
 };
 
+// A structured-output request as the client wrote it (response_format, structured_outputs or
+// guided_*), compiled by the handler into the request's token constraint.
+struct StructuredOutput {
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kNone;
+  nlohmann::ordered_json schema;     // kJsonSchema
+  std::string text;                  // kRegex, kGrammar (GBNF)
+  std::vector<std::string> choices;  // kChoice
+  std::string field;                 // the request field it came from (named in errors)
+};
+
 struct SamplingOptions {
   SamplingParams params;  // max_tokens 0: up to max_model_len
   std::vector<std::string> stop;
   bool skip_special_tokens = true;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  StructuredOutput structured;
+  std::shared_ptr<const TokenConstraint> constraint;  // set by the handler from `structured`
 };
 
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
@@ -42,6 +57,7 @@ struct ChatRequest {
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   ToolChoice tool_choice = ToolChoice::kNone;
   std::string tool_name;  // kNamed
+  bool parallel_tool_calls = true;
   bool include_reasoning = true;
   bool logprobs = false;
   SamplingOptions sampling;

@@ -32,6 +32,7 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
   req.id = fmt::format("{}-{}", id_, engine_ids_.size());
   req.prompt_ids = std::move(prompt_ids);
   req.params = sampling.params;
+  req.constraint = sampling.constraint;
   StreamSpec spec{.first_choice = num_choices_,
                   .n = sampling.params.n,
                   .skip_special_tokens = sampling.skip_special_tokens,
@@ -42,6 +43,7 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
     req.params.ignore_eos = true;
     req.params.stop_token_ids.clear();
     req.params.logprobs = -1;
+    req.constraint = nullptr;
   }
   req.on_token = OutputStream::callback(ctx_.tokenizer, std::move(spec), channel_, &ctx_.metrics);
   try {

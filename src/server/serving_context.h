@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "grammar/grammar_compiler.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
@@ -33,6 +34,7 @@ struct ServingContext {
   const chat::ChatTemplate* chat_template;  // null when the model ships none
   EngineLoop& loop;
   Metrics& metrics;
+  grammar::GrammarCompiler* grammars = nullptr;  // structured outputs (null: not offered)
 
   int64_t max_model_len() const { return loop.config().max_model_len; }
   // 404 unless `model` is empty or one of the served names.

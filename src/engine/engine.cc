@@ -360,8 +360,10 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
     seq.finish = FinishReason::kStop;
   else if (seq.constraint && !advance_constraint(seq, token))
     seq.finish = FinishReason::kAbort;
-  else if (seq.constraint && seq.constraint->is_terminated())
-    seq.finish = FinishReason::kStop;  // the structured output is complete
+  else if (seq.constraint && seq.constraint->is_terminated() && rs.stop_ids.empty())
+    // Complete with no stop token to end it (ignore_eos): end here. Otherwise the next mask
+    // allows only the stop tokens, so the output ends on a stop id as the text layer expects.
+    seq.finish = FinishReason::kStop;
   else if (seq.num_output() >= rs.max_tokens)
     seq.finish = FinishReason::kLength;
   if (seq.finished()) {

@@ -6,7 +6,7 @@ namespace mls::chat {
 namespace {
 
 constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
+constexpr std::string_view kClose = kReasoningEnd;
 
 size_t partial_suffix(std::string_view s, std::string_view marker) {
   for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)

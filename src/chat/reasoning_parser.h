@@ -9,6 +9,9 @@
 
 namespace mls::chat {
 
+// Where a reasoning section ends (structured outputs leave the section before it unconstrained).
+inline constexpr std::string_view kReasoningEnd = "</think>";
+
 struct ReasoningDelta {
   std::string reasoning;
   std::string content;

@@ -205,11 +205,13 @@ void run_generate(const ModelFlags& f, const EngineFlags& e, const GenerateFlags
     engine.add_request({.id = std::to_string(i),
                         .prompt_ids = prompts[i],
                         .params = sp,
-                        .on_token = [&outputs, &finish, i](const TokenEvent& ev) {
-                          if (ev.token_id >= 0) outputs[i].push_back(ev.token_id);
-                          finish[i] = ev.finish;
-                          return Verdict::kContinue;
-                        }});
+                        .on_token =
+                            [&outputs, &finish, i](const TokenEvent& ev) {
+                              if (ev.token_id >= 0) outputs[i].push_back(ev.token_id);
+                              finish[i] = ev.finish;
+                              return Verdict::kContinue;
+                            },
+                        .constraint = nullptr});
   while (engine.step()) {
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -424,11 +424,14 @@ void run_serve(const std::vector<std::string>& args) {
                             {"num_gpu_blocks", std::to_string(runner->num_blocks())}});
   metrics_ptr = &metrics;
   server::EngineLoop loop(engine, f.log_stats);
+  grammar::GrammarCompiler grammars(std::make_shared<const grammar::Vocabulary>(
+      grammar::Vocabulary::from_tokenizer(tokenizer, runner->config().vocab_size)));
   server::ServingContext ctx{.opts = std::move(opts),
                              .tokenizer = tokenizer,
                              .chat_template = tmpl ? &*tmpl : nullptr,
                              .loop = loop,
-                             .metrics = metrics};
+                             .metrics = metrics,
+                             .grammars = &grammars};
   MLS_LOG_INFO("{}", config_line(cfg));
   http.log_routes();
   http.set_context(&ctx);

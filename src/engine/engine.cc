@@ -86,7 +86,8 @@ Engine::Engine(ModelRunner& runner, const EngineConfig& cfg)
       blocks_(runner.num_blocks(), runner.block_size(), cfg.enable_prefix_caching),
       scheduler_({cfg_.limits.max_num_batched_tokens, cfg_.limits.max_num_seqs}, blocks_),
       sampler_(runner.config().vocab_size),
-      seed_rng_(cfg.seed.value_or(0)) {}
+      seed_rng_(cfg.seed.value_or(0)),
+      mask_words_((runner.config().vocab_size + 31) / 32) {}
 
 Engine::~Engine() = default;
 
@@ -169,6 +170,7 @@ void Engine::admit(std::unique_ptr<RequestState> rs) {
   seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
   seq->seq_slots = rs->req.params.n;
   seq->prompt_logits = rs->req.params.prompt_logprobs >= 0;
+  if (rs->req.constraint) seq->constraint = rs->req.constraint->clone();
   scheduler_.add(seq.get());
   rs->seqs.push_back(std::move(seq));
   const std::string id = rs->req.id;
@@ -229,20 +231,40 @@ bool Engine::step() {
         sample_rows_.push_back(rows - 1);
       }
     }
+    masked_ = start_masks();
+    // The masks are computed while the forward runs; whatever happens, the worker is done with
+    // this step's rows before they change.
+    struct JoinMasks {
+      HostWorker& w;
+      ~JoinMasks() { w.abandon(); }
+    } join{mask_worker_};
     try {
       if (can_sample_on_device()) {
         rows_.clear();
         for (Sequence* seq : sampled_)
           rows_.push_back(Sampler::row_sampling(sample_input(*seq, seq->sample_index)));
-        const SampledRows drawn = runner_.forward_sample(batch_, rows_);
+        const SampledRows drawn = runner_.forward_sample(
+            batch_, rows_, nullptr,
+            masked_ ? ModelRunner::MaskSource([this] { return masks(); }) : nullptr);
         scheduler_.commit();
-        for (size_t r = 0; r < sampled_.size(); ++r) emit(*sampled_[r], drawn.ids[r], nullptr);
+        for (size_t r = 0; r < sampled_.size(); ++r) {
+          if (masked_ && mask_failed_[r])
+            finish(*sampled_[r], FinishReason::kAbort, true);
+          else
+            emit(*sampled_[r], drawn.ids[r], nullptr);
+        }
       } else {
         const Tensor logits = runner_.forward(batch_);
+        if (masked_) masks();
         if (scores_prompt_) score_prompts(chunks, logits.data<float>());
         scheduler_.commit();
-        for (size_t r = 0; r < sampled_.size(); ++r)
-          sample_row(*sampled_[r], logits.data<float>() + sample_rows_[r] * vocab_);
+        for (size_t r = 0; r < sampled_.size(); ++r) {
+          if (masked_ && mask_failed_[r])
+            finish(*sampled_[r], FinishReason::kAbort, true);
+          else
+            sample_row(*sampled_[r], logits.data<float>() + sample_rows_[r] * vocab_,
+                       mask_row(r));
+        }
       }
     } catch (const std::exception& e) {
       fail_step(chunks, e.what());
@@ -316,7 +338,51 @@ SampleInput Engine::sample_input(const Sequence& seq, int sample_index) const {
   return in;
 }
 
-void Engine::sample_row(Sequence& seq, const float* logits) {
+bool Engine::start_masks() {
+  bool any = false;
+  for (const Sequence* seq : sampled_) any = any || seq->constraint;
+  if (!any) return false;
+  const size_t rows = sampled_.size();
+  masks_.resize(rows * static_cast<size_t>(mask_words_));
+  mask_failed_.assign(rows, 0);
+  mask_worker_.start([this, rows] {
+    for (size_t r = 0; r < rows; ++r) {
+      Sequence& seq = *sampled_[r];
+      const std::span<uint32_t> row(masks_.data() + r * mask_words_,
+                                    static_cast<size_t>(mask_words_));
+      if (!seq.constraint) {
+        std::fill(row.begin(), row.end(), ~0u);
+        continue;
+      }
+      try {
+        seq.constraint->fill_mask(row);
+        // The constraint decides when the output may end; stop tokens are then allowed (and
+        // min_tokens still suppresses them in the sampler).
+        if (seq.constraint->can_end())
+          for (int64_t id : seq.request->stop_ids)
+            if (id >= 0 && id < vocab_) row[id >> 5] |= 1u << (id & 31);
+      } catch (const std::exception& e) {
+        MLS_LOG_ERROR("request {}: its output constraint failed: {}", seq.request->req.id,
+                      e.what());
+        mask_failed_[r] = 1;
+        std::fill(row.begin(), row.end(), ~0u);
+      }
+    }
+  });
+  return true;
+}
+
+std::span<const uint32_t> Engine::masks() {
+  mask_worker_.wait();
+  return masks_;
+}
+
+std::span<const uint32_t> Engine::mask_row(size_t r) const {
+  if (!masked_ || !sampled_[r]->constraint) return {};
+  return {masks_.data() + r * mask_words_, static_cast<size_t>(mask_words_)};
+}
+
+void Engine::sample_row(Sequence& seq, const float* logits, std::span<const uint32_t> allowed) {
   RequestState& rs = *seq.request;
   const SamplingParams& p = rs.req.params;
   // The first sampling of an n > 1 request draws every sample from the prompt's logits.
@@ -324,9 +390,11 @@ void Engine::sample_row(Sequence& seq, const float* logits) {
   const bool want_lp = p.logprobs >= 0;
   drawn_.resize(n);
   logprobs_.resize(n);
-  for (int i = 0; i < n; ++i)
-    drawn_[i] = sampler_.sample(logits, sample_input(seq, n > 1 ? i : seq.sample_index),
-                                want_lp ? &logprobs_[i] : nullptr);
+  for (int i = 0; i < n; ++i) {
+    SampleInput in = sample_input(seq, n > 1 ? i : seq.sample_index);
+    in.allowed = allowed;
+    drawn_[i] = sampler_.sample(logits, in, want_lp ? &logprobs_[i] : nullptr);
+  }
   if (n > 1) fork(seq, drawn_);
   // After a fork rs.seqs holds the parent (sample 0) and then its new siblings, in order.
   for (int i = 0; i < n; ++i)
@@ -343,6 +411,7 @@ void Engine::fork(Sequence& parent, std::span<const int32_t> first_tokens) {
     child->arrival_order = parent.arrival_order;
     child->tokens.assign(parent.tokens.begin(), parent.tokens.begin() + parent.prompt_len);
     child->prompt_len = parent.prompt_len;
+    if (parent.constraint) child->constraint = parent.constraint->clone();
     // Full prompt blocks are shared; the partly filled last one is recomputed into a block of
     // the child's own, so no sequence ever writes into a shared block.
     blocks_.share(parent.block_table, shared, child->block_table);
@@ -372,6 +441,12 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
       std::find(rs.stop_ids.begin(), rs.stop_ids.end(), token) != rs.stop_ids.end();
   if (is_stop && seq.num_output() >= rs.req.params.min_tokens)
     seq.finish = FinishReason::kStop;
+  else if (seq.constraint && !advance_constraint(seq, token))
+    seq.finish = FinishReason::kAbort;
+  else if (seq.constraint && seq.constraint->is_terminated() && rs.stop_ids.empty())
+    // Complete with no stop token to end it (ignore_eos): end here. Otherwise the next mask
+    // allows only the stop tokens, so the output ends on a stop id as the text layer expects.
+    seq.finish = FinishReason::kStop;
   else if (seq.num_output() >= rs.max_tokens)
     seq.finish = FinishReason::kLength;
   if (seq.finished()) {
@@ -392,6 +467,16 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
   if (!seq.finished()) ev.timings.finish = {};
   if (rs.req.on_token(ev) == Verdict::kStop && !seq.finished())
     finish(seq, FinishReason::kStop, true);
+}
+
+bool Engine::advance_constraint(Sequence& seq, int32_t token) {
+  try {
+    if (seq.constraint->advance(token)) return true;
+    MLS_LOG_ERROR("request {}: token {} breaks its output constraint", seq.request->req.id, token);
+  } catch (const std::exception& e) {
+    MLS_LOG_ERROR("request {}: its output constraint failed: {}", seq.request->req.id, e.what());
+  }
+  return false;
 }
 
 void Engine::finish(Sequence& seq, FinishReason reason, bool notify, const std::string* error) {

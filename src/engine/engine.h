@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/host_worker.h"
 #include "engine/kv_block_manager.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -89,9 +90,16 @@ class Engine {
   bool can_sample_on_device() const;
   SampleInput sample_input(const Sequence& seq, int sample_index) const;
   void score_prompts(const std::vector<ScheduledChunk>& chunks, const float* logits);
-  void sample_row(Sequence& seq, const float* logits);
+  // Structured outputs: starts computing the allowed-token masks of this step's constrained
+  // rows on the mask worker (false when no row is constrained); masks() waits for them.
+  bool start_masks();
+  std::span<const uint32_t> masks();
+  std::span<const uint32_t> mask_row(size_t r) const;
+  void sample_row(Sequence& seq, const float* logits, std::span<const uint32_t> allowed);
   void fork(Sequence& parent, std::span<const int32_t> first_tokens);
   void emit(Sequence& seq, int32_t token, const Logprobs* lp);
+  // Advances the sequence's constraint; false (logged) when the token breaks it.
+  bool advance_constraint(Sequence& seq, int32_t token);
   void finish(Sequence& seq, FinishReason reason, bool notify, const std::string* error = nullptr);
   // An error inside one step (out of memory, a kernel failure) ends the requests of that step
   // with the error; the engine and every other request go on.
@@ -112,6 +120,11 @@ class Engine {
   std::vector<ops::RowSampling> rows_;  // their draws, for the device path
   std::vector<int32_t> drawn_;          // tokens drawn from one logits row (n at a fork)
   std::vector<Logprobs> logprobs_;
+  int64_t mask_words_;
+  std::vector<uint32_t> masks_;       // sampled_.size() rows of mask_words_ (when constrained)
+  std::vector<uint8_t> mask_failed_;  // per row: its constraint threw while masking
+  bool masked_ = false;               // this step's rows carry masks
+  HostWorker mask_worker_;
   std::vector<Sequence*> finished_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
   uint64_t next_arrival_ = 0;

@@ -79,12 +79,14 @@ std::vector<Outcome> run(ModelRunner& r, const std::vector<Job>& jobs, const Poo
     engine.add_request({.id = std::to_string(i),
                         .prompt_ids = jobs[i].prompt,
                         .params = jobs[i].params,
-                        .on_token = [&out, i](const TokenEvent& ev) {
-                          if (ev.token_id >= 0)
-                            out[i].tokens[ev.sample_index].push_back(ev.token_id);
-                          out[i].finish[ev.sample_index] = ev.finish;
-                          return Verdict::kContinue;
-                        }});
+                        .on_token =
+                            [&out, i](const TokenEvent& ev) {
+                              if (ev.token_id >= 0)
+                                out[i].tokens[ev.sample_index].push_back(ev.token_id);
+                              out[i].finish[ev.sample_index] = ev.finish;
+                              return Verdict::kContinue;
+                            },
+                        .constraint = nullptr});
   }
   while (engine.step()) {
   }
@@ -256,7 +258,11 @@ void check_prefix_reuse(const std::string& fixture, int second_len, int64_t want
   r.allocate_kv_cache(64, 16);
   Engine engine(r, {});
   std::vector<int32_t> got;
-  engine.add_request({.id = "a", .prompt_ids = a, .params = greedy(4), .on_token = nullptr});
+  engine.add_request({.id = "a",
+                      .prompt_ids = a,
+                      .params = greedy(4),
+                      .on_token = nullptr,
+                      .constraint = nullptr});
   while (engine.step()) {
   }
   const EngineStats before = engine.stats();
@@ -425,10 +431,12 @@ TEST(Engine, ParallelSamplesShareThePromptBlocks) {
   engine.add_request({.id = "n2",
                       .prompt_ids = random_prompt(rng, 40),
                       .params = p,
-                      .on_token = [&](const TokenEvent& ev) {
-                        got[ev.sample_index].push_back(ev.token_id);
-                        return Verdict::kContinue;
-                      }});
+                      .on_token =
+                          [&](const TokenEvent& ev) {
+                            got[ev.sample_index].push_back(ev.token_id);
+                            return Verdict::kContinue;
+                          },
+                      .constraint = nullptr});
   engine.step();  // prefill (blocks 0, 1, 2), two first tokens, fork
   const KvBlockManager& m = engine.block_manager();
   EXPECT_EQ(m.ref_count(0), 2);
@@ -453,11 +461,13 @@ TEST(Engine, AbortFreesBlocksAndNotifies) {
   engine.add_request({.id = "x",
                       .prompt_ids = random_prompt(rng, 50),
                       .params = greedy(100),
-                      .on_token = [&](const TokenEvent& ev) {
-                        tokens += ev.token_id >= 0;
-                        finish = ev.finish;
-                        return Verdict::kContinue;
-                      }});
+                      .on_token =
+                          [&](const TokenEvent& ev) {
+                            tokens += ev.token_id >= 0;
+                            finish = ev.finish;
+                            return Verdict::kContinue;
+                          },
+                      .constraint = nullptr});
   engine.step();
   engine.step();
   EXPECT_GT(engine.block_manager().usage(), 0.0);
@@ -490,11 +500,13 @@ TEST(Engine, StopsOnStopIdsOwnerVerdictAndLength) {
   engine.add_request({.id = "s",
                       .prompt_ids = prompt,
                       .params = greedy(12),
-                      .on_token = [&](const TokenEvent& ev) {
-                        if (ev.token_id >= 0) got.push_back(ev.token_id);
-                        finish = ev.finish;
-                        return got.size() == 3 ? Verdict::kStop : Verdict::kContinue;
-                      }});
+                      .on_token =
+                          [&](const TokenEvent& ev) {
+                            if (ev.token_id >= 0) got.push_back(ev.token_id);
+                            finish = ev.finish;
+                            return got.size() == 3 ? Verdict::kStop : Verdict::kContinue;
+                          },
+                      .constraint = nullptr});
   while (engine.step()) {
   }
   EXPECT_EQ(got, std::vector<int32_t>(ref.tokens[0].begin(), ref.tokens[0].begin() + 3));
@@ -512,7 +524,8 @@ TEST(Engine, RejectsRequestsPastMaxModelLen) {
     engine.add_request({.id = "long",
                         .prompt_ids = random_prompt(rng, 250),
                         .params = greedy(10),
-                        .on_token = nullptr});
+                        .on_token = nullptr,
+                        .constraint = nullptr});
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("250"), std::string::npos) << e.what();
@@ -531,9 +544,12 @@ TEST(Engine, RejectsRequestsPastMaxModelLen) {
   EXPECT_THROW(Engine(r, cfg), InvalidArgument);  // 32 blocks of 16 hold 512 tokens
   SamplingParams bad;
   bad.top_p = 0;
-  EXPECT_THROW(
-      engine.add_request({.id = "p", .prompt_ids = {5}, .params = bad, .on_token = nullptr}),
-      InvalidArgument);
+  EXPECT_THROW(engine.add_request({.id = "p",
+                                   .prompt_ids = {5},
+                                   .params = bad,
+                                   .on_token = nullptr,
+                                   .constraint = nullptr}),
+               InvalidArgument);
   EXPECT_FALSE(engine.has_work());
 }
 

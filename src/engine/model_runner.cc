@@ -413,10 +413,25 @@ Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& ob
 
 SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
                                         const std::vector<ops::RowSampling>& rows,
-                                        const ForwardObserver& observer) {
+                                        const ForwardObserver& observer, const MaskSource& masks) {
   const auto R = static_cast<int64_t>(rows.size());
   SampledRows out{std::vector<int32_t>(R), std::vector<float>(R)};
   step(batch, observer, [&](Rank& r, Tensor& logits) {
+    const std::span<const uint32_t> mask = masks ? masks() : std::span<const uint32_t>();
+    if (!mask.empty()) {
+      const int64_t words = (logits.dim(1) + 31) / 32;
+      if (static_cast<int64_t>(mask.size()) != R * words)
+        raise<ShapeError>("forward_sample: {} mask words for {} rows of {}", mask.size(), R,
+                          logits.dim(1));
+      Tensor host = Tensor::wrap(const_cast<uint32_t*>(mask.data()), {R, words}, DType::kI32);
+      if (r.device.is_cpu()) {
+        ops::apply_token_mask(logits, host);
+      } else {
+        Tensor dev = Tensor::empty({R, words}, DType::kI32, MemTag::kActivation, *r.alloc);
+        ops::copy(host, dev);
+        ops::apply_token_mask(logits, dev);
+      }
+    }
     Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
     Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
     if (r.device.is_cpu()) {

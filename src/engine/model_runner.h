@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/step_broadcast.h"
@@ -96,9 +97,14 @@ class ModelRunner {
   // The observer runs on rank 0's thread (whose device stream the intermediates belong to).
   Tensor forward(const ForwardBatch& batch, const ForwardObserver& observer = nullptr);
   // forward(), then rank 0 draws one token per logits row (rows[r] for row r) where the logits
-  // are (ops::sample_rows): only ids and logprobs come back to the host.
+  // are (ops::sample_rows): only ids and logprobs come back to the host. `masks`, when set, is
+  // called once the forward has been issued and returns the rows' allowed-token masks
+  // (ops::apply_token_mask layout, R × ceil(V / 32) words; empty: none), which are uploaded and
+  // applied before the draw — the host computes them while the device runs the forward.
+  using MaskSource = std::function<std::span<const uint32_t>()>;
   SampledRows forward_sample(const ForwardBatch& batch, const std::vector<ops::RowSampling>& rows,
-                             const ForwardObserver& observer = nullptr);
+                             const ForwardObserver& observer = nullptr,
+                             const MaskSource& masks = nullptr);
 
   // The limits of the memory plan applied to this runner (apply_plan), if any: an engine over
   // this runner must serve with exactly these.

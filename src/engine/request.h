@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/token_constraint.h"
 
 namespace mls {
 
@@ -69,6 +71,8 @@ struct Request {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
   TokenCallback on_token;
+  // Structured output: the constraint at the start of the output, cloned for each sample.
+  std::shared_ptr<const TokenConstraint> constraint;
 };
 
 }  // namespace mls

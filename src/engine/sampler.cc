@@ -94,6 +94,13 @@ int32_t Sampler::sample(const float* logits, const SampleInput& in, Logprobs* lo
   const SamplingParams& p = *in.params;
   std::copy(logits, logits + vocab_, work_.begin());
   apply_constraints(work_, in);
+  for (size_t w = 0; w < in.allowed.size(); ++w) {
+    const uint32_t m = in.allowed[w];
+    if (m == ~0u) continue;
+    const auto first = static_cast<int64_t>(w) * 32;
+    for (int64_t t = first; t < std::min(vocab_, first + 32); ++t)
+      if (!((m >> (t - first)) & 1u)) work_[t] = kNegInf;
+  }
   apply_penalties(work_, in);
 
   const int32_t token = ops::cpu::sample_row(work_, row_sampling(in), draw_);

@@ -4,6 +4,7 @@
 //   2. allowed_token_ids (every other id -inf), bad_words (the completing token of a banned
 //      sequence -inf), logit_bias (added), min_tokens (EOS and stop ids -inf until min_tokens
 //      tokens exist): vLLM's logits processors, in its order,
+//      a structured output's mask then sets every token it does not allow to -inf,
 //   3. repetition penalty over prompt + output tokens (positive logits divided, negative ones
 //      multiplied), then frequency (× count) and presence (once) penalties over output tokens,
 //   4. greedy: argmax (the first maximum); otherwise temperature, min_p, top_k, top_p, and one
@@ -30,6 +31,9 @@ struct SampleInput {
   uint64_t seed = 0;  // the request's seed (or a random one when none was given)
   int sample_index = 0;
   std::span<const int64_t> suppressed;  // ids masked to -inf (min_tokens not reached yet)
+  // Structured output: ceil(vocab / 32) words, bit t % 32 of word t / 32 set when token t may
+  // be drawn (every other logit becomes -inf); empty: no constraint.
+  std::span<const uint32_t> allowed;
 };
 
 class Sampler {

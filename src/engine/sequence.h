@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/request.h"
@@ -25,6 +26,7 @@ struct Sequence {
   // Every prompt position yields a logits row (prompt logprobs): such a sequence never takes
   // cached prefix blocks (their positions would have no logits).
   bool prompt_logits = false;
+  std::unique_ptr<TokenConstraint> constraint;  // this sample's position in its constraint
 
   int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   bool finished() const { return finish != FinishReason::kNone; }

@@ -54,6 +54,18 @@ inline void check_sample_rows(const Tensor& logits, int64_t R, const Tensor& ids
                       logits.str(), logprobs.str(), ids.str());
 }
 
+// Allowed-token masks (structured outputs): mask i32 [R, ceil(V / 32)], bit (t % 32) of word
+// t / 32 of row r set when token t may be drawn for row r; every other logit of the row becomes
+// -inf, in place, before sample_rows. Rows of all ones are left as they are.
+inline void check_token_mask(const Tensor& logits, const Tensor& mask) {
+  if (logits.ndim() != 2 || logits.stride(1) != 1 || logits.dtype() != DType::kF32 ||
+      mask.ndim() != 2 || mask.dim(0) != logits.dim(0) ||
+      mask.dim(1) != (logits.dim(1) + 31) / 32 || mask.dtype() != DType::kI32 ||
+      !mask.is_contiguous() || mask.device() != logits.device())
+    raise<ShapeError>("apply_token_mask: logits {} on {} and mask {} on {} do not fit",
+                      logits.str(), logits.device().str(), mask.str(), mask.device().str());
+}
+
 namespace cpu {
 // Reused storage for sample_row (one per thread).
 struct SampleScratch {
@@ -68,10 +80,12 @@ double log_sum_exp(std::span<const float> logits);
 
 void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor& ids,
                  Tensor& logprobs);
+void apply_token_mask(Tensor& logits, const Tensor& mask);
 }  // namespace cpu
 namespace cuda {
 void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor& ids,
                  Tensor& logprobs);
+void apply_token_mask(Tensor& logits, const Tensor& mask);
 }  // namespace cuda
 
 // logits f32 [R, V] (unit inner stride), rows.size() == R → ids i32 [R], logprobs f32 [R] (the
@@ -79,6 +93,10 @@ void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor
 inline void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor& ids,
                         Tensor& logprobs) {
   MLS_DISPATCH(ids, sample_rows, logits, rows, ids, logprobs);
+}
+
+inline void apply_token_mask(Tensor& logits, const Tensor& mask) {
+  MLS_DISPATCH(logits, apply_token_mask, logits, mask);
 }
 
 }  // namespace mls::ops

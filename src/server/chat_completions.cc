@@ -8,6 +8,7 @@
 #include "server/reply_from_driver.h"
 #include "server/request_driver.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 
 namespace mls::server {
 
@@ -29,7 +30,7 @@ struct ChatResponder::Choice {
 };
 
 ChatDeltaParser::ChatDeltaParser(const ChatOutputConfig& cfg)
-    : include_reasoning_(cfg.include_reasoning) {
+    : include_reasoning_(cfg.include_reasoning), parallel_tool_calls_(cfg.parallel_tool_calls) {
   if (!cfg.reasoning_parser.empty())
     reasoning_parser_ = std::make_unique<chat::ReasoningParser>(cfg.starts_in_reasoning);
   if (!cfg.tool_parser.empty() && cfg.tool_choice != ToolChoice::kNone)
@@ -54,11 +55,12 @@ ChatDelta ChatDeltaParser::feed(const std::string& text, bool last) {
     std::vector<chat::ToolEvent> events = tool_parser_->feed(content);
     if (last)
       for (chat::ToolEvent& e : tool_parser_->finish()) events.push_back(std::move(e));
-    // Content events are folded into the content delta; the rest stay tool-call events.
+    // Content events are folded into the content delta; the rest stay tool-call events
+    // (without parallel_tool_calls, those of the first call only).
     for (chat::ToolEvent& e : events) {
       if (e.kind == chat::ToolEvent::kContent)
         d.content += e.text;
-      else
+      else if (parallel_tool_calls_ || e.index == 0)
         d.tool_events.push_back(std::move(e));
     }
   } else {
@@ -272,6 +274,29 @@ std::vector<int32_t> encode_prompt(const ServingContext& ctx, const std::string&
   }
 }
 
+SamplingOptions constrained_sampling(const ServingContext& ctx, const ChatRequest& req,
+                                     bool starts_in_reasoning) {
+  const bool forced_call =
+      req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;
+  if (forced_call && req.sampling.structured.kind != StructuredOutput::Kind::kNone)
+    bad_request(
+        fmt::format("'{}' cannot be combined with tool_choice '{}'", req.sampling.structured.field,
+                    req.tool_choice == ToolChoice::kNamed ? req.tool_name : "required"),
+        req.sampling.structured.field);
+  // With a reasoning parser, a section the prompt opens stays free until its end marker, as
+  // vLLM does.
+  const std::string gate = !ctx.opts.reasoning_parser.empty() && starts_in_reasoning
+                               ? std::string(chat::kReasoningEnd)
+                               : std::string();
+  SamplingOptions sampling = req.sampling;
+  sampling.constraint =
+      forced_call ? tool_call_constraint(ctx, req.tools,
+                                         req.tool_choice == ToolChoice::kNamed ? req.tool_name : "",
+                                         req.parallel_tool_calls, gate)
+                  : structured_constraint(ctx, req.sampling.structured, gate);
+  return sampling;
+}
+
 Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
   const ChatRequest req = parse_chat_request(parse_json_body(body), ctx.opts.defaults);
   ctx.check_model(req.model);
@@ -280,23 +305,27 @@ Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
   const std::string prompt = render_chat_prompt(ctx, req);
   std::vector<int32_t> ids = encode_prompt(ctx, prompt, req.add_special_tokens, "messages");
 
+  const bool starts_in_reasoning = prompt_opens_reasoning(prompt);
+  const SamplingOptions sampling = constrained_sampling(ctx, req, starts_in_reasoning);
+
   ChatOutputConfig cfg{.id = random_id("chatcmpl"),
                        .model = ctx.model_name(),
                        .created = unix_time(),
                        .role = ctx.opts.response_role,
                        .reasoning_parser = ctx.opts.reasoning_parser,
-                       .starts_in_reasoning = prompt_opens_reasoning(prompt),
+                       .starts_in_reasoning = starts_in_reasoning,
                        .include_reasoning = req.include_reasoning,
                        .tool_parser = parse_tools ? ctx.opts.tool_call_parser : "",
                        .tools = req.tools,
                        .tool_choice = req.tool_choice,
+                       .parallel_tool_calls = req.parallel_tool_calls,
                        .logprobs = req.logprobs,
                        .include_usage = req.sampling.include_usage,
                        .continuous_usage = req.sampling.continuous_usage,
                        .prompt_logprobs = req.sampling.params.prompt_logprobs >= 0,
                        .prompt_ids = ids};
   auto driver = std::make_shared<RequestDriver>(ctx, cfg.id);
-  driver->submit(std::move(ids), req.sampling, "messages");
+  driver->submit(std::move(ids), sampling, "messages");
   auto responder = std::make_shared<ChatResponder>(std::move(cfg), ctx.tokenizer);
 
   return reply_from_driver(driver, responder, req.sampling.stream);

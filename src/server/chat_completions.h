@@ -28,6 +28,7 @@ struct ChatOutputConfig {
   std::string tool_parser;  // "" : tool calls are not parsed
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   ToolChoice tool_choice = ToolChoice::kNone;
+  bool parallel_tool_calls = true;  // false: only the first call is reported
   bool logprobs = false;
   bool include_usage = false;
   bool continuous_usage = false;  // every chunk carries the usage so far
@@ -52,6 +53,7 @@ class ChatDeltaParser {
 
  private:
   bool include_reasoning_;
+  bool parallel_tool_calls_;
   std::unique_ptr<chat::ReasoningParser> reasoning_parser_;
   std::unique_ptr<chat::ToolParser> tool_parser_;
 };
@@ -92,6 +94,10 @@ std::string render_chat_prompt(const ServingContext& ctx, const ChatRequest& req
 bool prompt_opens_reasoning(const std::string& prompt);
 // 400 unless the server can parse the tool calls the request's tool_choice allows.
 void check_tool_choice(const ServingContext& ctx, const ChatRequest& req);
+// The request's sampling with its output constraint: the structured output it asks for, or the
+// tool call that tool_choice required/named forces (400 when both are asked).
+SamplingOptions constrained_sampling(const ServingContext& ctx, const ChatRequest& req,
+                                     bool starts_in_reasoning);
 // The prompt's ids (400 naming `what` when the tokenizer refuses the text).
 std::vector<int32_t> encode_prompt(const ServingContext& ctx, const std::string& prompt,
                                    bool add_special_tokens, const char* what);

@@ -6,6 +6,7 @@
 #include "server/reply_from_driver.h"
 #include "server/request_driver.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 
 namespace mls::server {
 
@@ -138,6 +139,8 @@ Reply handle_completions(ServingContext& ctx, const std::string& body) {
                              .prompt_ids = {},
                              .include_usage = req.sampling.include_usage,
                              .continuous_usage = req.sampling.continuous_usage};
+  SamplingOptions sampling = req.sampling;
+  sampling.constraint = structured_constraint(ctx, req.sampling.structured, "");
   auto driver = std::make_shared<RequestDriver>(ctx, cfg.id);
   for (const PromptInput& p : req.prompts) {
     std::vector<int32_t> ids = p.ids;
@@ -153,7 +156,7 @@ Reply handle_completions(ServingContext& ctx, const std::string& body) {
       cfg.echo_ids.push_back(echo_logprobs ? ids : std::vector<int32_t>{});
       cfg.prompt_ids.push_back(req.prompt_logprobs ? ids : std::vector<int32_t>{});
     }
-    driver->submit(std::move(ids), req.sampling, "prompt");
+    driver->submit(std::move(ids), sampling, "prompt");
   }
   auto responder = std::make_shared<CompletionResponder>(std::move(cfg), ctx.tokenizer);
 

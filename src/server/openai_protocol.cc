@@ -216,8 +216,7 @@ constexpr std::string_view kSamplingFields[] = {"model",
                                                 "guided_regex",
                                                 "guided_choice",
                                                 "guided_grammar",
-                                                "guided_decoding_backend",
-                                                "guided_whitespace_pattern"};
+                                                "guided_decoding_backend"};
 constexpr std::string_view kChatFields[] = {"messages",
                                             "tools",
                                             "tool_choice",
@@ -234,6 +233,109 @@ constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "logprobs",
 
 bool listed(std::string_view name, std::span<const std::string_view> list) {
   return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+// A JSON Schema given as an object (or boolean), or as a string holding one (vLLM accepts both).
+ojson schema_field(const ojson& v, const std::string& param) {
+  if (v.is_object() || v.is_boolean()) return v;
+  if (v.is_string()) {
+    ojson parsed = ojson::parse(v.get<std::string>(), nullptr, false);
+    if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_boolean())) return parsed;
+  }
+  bad_request(fmt::format("'{}' must be a JSON Schema (an object, or a string holding one)", param),
+              param);
+}
+
+std::vector<std::string> choice_field(const ojson& v, const std::string& param) {
+  std::vector<std::string> out;
+  if (v.is_array())
+    for (const ojson& c : v) {
+      if (!c.is_string() || c.get_ref<const std::string&>().empty()) break;
+      out.push_back(c.get<std::string>());
+    }
+  if (!v.is_array() || v.empty() || out.size() != v.size())
+    bad_request(fmt::format("'{}' must be a non-empty list of non-empty strings", param), param);
+  return out;
+}
+
+std::string text_field(const ojson& v, const std::string& param) {
+  if (!v.is_string() || v.get_ref<const std::string&>().empty())
+    bad_request(fmt::format("'{}' must be a non-empty string", param), param);
+  return v.get<std::string>();
+}
+
+// response_format, structured_outputs and the older guided_* fields: at most one constraint.
+StructuredOutput parse_structured(const ojson& body) {
+  using Kind = StructuredOutput::Kind;
+  std::vector<StructuredOutput> found;
+  const auto add = [&](Kind kind, std::string field) -> StructuredOutput& {
+    found.push_back({});
+    found.back().kind = kind;
+    found.back().field = std::move(field);
+    return found.back();
+  };
+  if (const ojson* rf = field(body, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      bad_request("'response_format' must be an object with a 'type'", "response_format");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      add(Kind::kJsonObject, "response_format");
+    } else if (type == "json_schema") {
+      const ojson* js = field(*rf, "json_schema");
+      if (!js || !js->is_object() || !js->contains("schema"))
+        bad_request("'response_format.json_schema' must be an object with a 'schema'",
+                    "response_format.json_schema");
+      if (js->contains("strict") && !(*js)["strict"].is_boolean() && !(*js)["strict"].is_null())
+        bad_request("'response_format.json_schema.strict' must be a boolean",
+                    "response_format.json_schema.strict");
+      // strict or not, the schema is enforced: a non-strict schema is a looser promise.
+      add(Kind::kJsonSchema, "response_format.json_schema.schema").schema =
+          schema_field((*js)["schema"], "response_format.json_schema.schema");
+    } else if (type != "text") {
+      bad_request(fmt::format("'response_format.type' '{}' is not one of text, json_object, "
+                              "json_schema",
+                              type),
+                  "response_format.type");
+    }
+  }
+  if (const ojson* so = field(body, "structured_outputs")) {
+    if (!so->is_object())
+      bad_request("'structured_outputs' must be an object", "structured_outputs");
+    for (const auto& [key, v] : so->items()) {
+      if (v.is_null()) continue;
+      const std::string param = "structured_outputs." + key;
+      if (key == "json") {
+        add(Kind::kJsonSchema, param).schema = schema_field(v, param);
+      } else if (key == "regex") {
+        add(Kind::kRegex, param).text = text_field(v, param);
+      } else if (key == "choice") {
+        add(Kind::kChoice, param).choices = choice_field(v, param);
+      } else if (key == "grammar") {
+        add(Kind::kGrammar, param).text = text_field(v, param);
+      } else if (key == "json_object") {
+        if (!v.is_boolean()) bad_request(fmt::format("'{}' must be a boolean", param), param);
+        if (v.get<bool>()) add(Kind::kJsonObject, param);
+      } else {
+        bad_request(fmt::format("'{}' is not supported (json, regex, choice, grammar, "
+                                "json_object are)",
+                                param),
+                    param);
+      }
+    }
+  }
+  if (const ojson* v = field(body, "guided_json"))
+    add(Kind::kJsonSchema, "guided_json").schema = schema_field(*v, "guided_json");
+  if (const ojson* v = field(body, "guided_regex"))
+    add(Kind::kRegex, "guided_regex").text = text_field(*v, "guided_regex");
+  if (const ojson* v = field(body, "guided_choice"))
+    add(Kind::kChoice, "guided_choice").choices = choice_field(*v, "guided_choice");
+  if (const ojson* v = field(body, "guided_grammar"))
+    add(Kind::kGrammar, "guided_grammar").text = text_field(*v, "guided_grammar");
+  if (found.size() > 1)
+    bad_request(fmt::format("'{}' and '{}' both constrain the output; give only one",
+                            found[0].field, found[1].field),
+                found[1].field);
+  return found.empty() ? StructuredOutput{} : std::move(found[0]);
 }
 
 // Fields shared by both endpoints.
@@ -324,6 +426,7 @@ SamplingOptions parse_sampling_fields(const ojson& body, const GenerationDefault
   if (const std::optional<int64_t> best_of = opt_int(body, "best_of"))
     check_range(*best_of == p.n, "best_of", "other than n is not supported");
   reject_unsupported(body, kUnsupported);
+  o.structured = parse_structured(body);
   return o;
 }
 
@@ -567,6 +670,7 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
   reject_unsupported(body, kUnsupportedChat);
   parse_tools(body, r);
   r.add_special_tokens = opt_bool(body, "add_special_tokens").value_or(false);
+  r.parallel_tool_calls = opt_bool(body, "parallel_tool_calls").value_or(true);
   r.include_reasoning = opt_bool(body, "include_reasoning").value_or(true);
   r.logprobs = opt_bool(body, "logprobs").value_or(false);
   const std::optional<int64_t> top = opt_int(body, "top_logprobs");

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -16,6 +17,7 @@
 
 #include "engine/sampling_params.h"
 #include "tokenizer/tokenizer.h"
+#include "engine/token_constraint.h"
 
 namespace mls::server {
 
@@ -29,6 +31,17 @@ struct GenerationDefaults {
   static GenerationDefaults load(const std::filesystem::path& model_dir, const std::string& mode);
 };
 
+// A structured-output request as the client wrote it (response_format, structured_outputs or
+// guided_*), compiled by the handler into the request's token constraint.
+struct StructuredOutput {
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kNone;
+  nlohmann::ordered_json schema;     // kJsonSchema
+  std::string text;                  // kRegex, kGrammar (GBNF)
+  std::vector<std::string> choices;  // kChoice
+  std::string field;                 // the request field it came from (named in errors)
+};
+
 struct SamplingOptions {
   SamplingParams params;  // max_tokens 0: up to max_model_len
   std::vector<std::string> stop;
@@ -38,6 +51,8 @@ struct SamplingOptions {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (with include_usage)
+  StructuredOutput structured;
+  std::shared_ptr<const TokenConstraint> constraint;  // set by the handler from `structured`
 };
 
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
@@ -50,6 +65,7 @@ struct ChatRequest {
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   ToolChoice tool_choice = ToolChoice::kNone;
   std::string tool_name;  // kNamed
+  bool parallel_tool_calls = true;
   bool include_reasoning = true;
   bool logprobs = false;
   bool add_special_tokens = false;  // vLLM's default for chat: the template adds them

@@ -296,5 +296,51 @@ TEST(OpenAiProtocol, ErrorBodyHasTheOpenAiShape) {
   EXPECT_TRUE(error_body(400, "x")["error"]["param"].is_null());
 }
 
+TEST(OpenAiProtocol, StructuredOutputFields) {
+  using Kind = StructuredOutput::Kind;
+  const auto parse = [](const char* body) {
+    return parse_completion_request(parse_json_body(body), {}).sampling.structured;
+  };
+  EXPECT_EQ(parse(R"({"prompt": "x"})").kind, Kind::kNone);
+  EXPECT_EQ(parse(R"({"prompt": "x", "response_format": {"type": "text"}})").kind, Kind::kNone);
+  EXPECT_EQ(parse(R"({"prompt": "x", "response_format": {"type": "json_object"}})").kind,
+            Kind::kJsonObject);
+  const StructuredOutput js = parse(
+      R"({"prompt": "x", "response_format": {"type": "json_schema",
+          "json_schema": {"name": "n", "strict": true, "schema": {"type": "integer"}}}})");
+  EXPECT_EQ(js.kind, Kind::kJsonSchema);
+  EXPECT_EQ(js.schema, ojson({{"type", "integer"}}));
+  EXPECT_EQ(js.field, "response_format.json_schema.schema");
+  const StructuredOutput so =
+      parse(R"({"prompt": "x", "structured_outputs": {"choice": ["a", "b"]}})");
+  EXPECT_EQ(so.kind, Kind::kChoice);
+  EXPECT_EQ(so.choices, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(parse(R"({"prompt": "x", "structured_outputs": {"regex": "a+"}})").text, "a+");
+  EXPECT_EQ(parse(R"({"prompt": "x", "guided_json": "{\"type\": \"string\"}"})").schema,
+            ojson({{"type", "string"}}));
+  EXPECT_EQ(parse(R"({"prompt": "x", "guided_grammar": "root ::= \"a\""})").kind, Kind::kGrammar);
+  EXPECT_TRUE(parse_chat_request(parse_json_body(R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}], "parallel_tool_calls": false})"),
+                                 {})
+                  .parallel_tool_calls == false);
+  for (
+      const BadCase& c : std::vector<BadCase>{
+          {R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format.type",
+           "not one of"},
+          {R"({"prompt": "x", "response_format": {"type": "json_schema"}})",
+           "response_format.json_schema", "'schema'"},
+          {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": 3}}})",
+           "response_format.json_schema.schema", "JSON Schema"},
+          {R"({"prompt": "x", "structured_outputs": {"structural_tag": "t"}})",
+           "structured_outputs.structural_tag", "not supported"},
+          {R"({"prompt": "x", "guided_choice": []})", "guided_choice", "non-empty list"},
+          {R"({"prompt": "x", "guided_regex": ""})", "guided_regex", "non-empty string"},
+          {R"({"prompt": "x", "guided_json": "{not json"})", "guided_json", "JSON Schema"},
+          {R"({"prompt": "x", "response_format": {"type": "json_object"}, "guided_regex": "a"})",
+           "guided_regex", "give only one"},
+      })
+    expect_400(c, false);
+}
+
 }  // namespace
 }  // namespace mls::server

@@ -34,6 +34,7 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
   req.prompt_ids = std::move(prompt_ids);
   req.params = sampling.params;
   req.params.bad_words_token_ids = bad_words_token_ids(ctx_.tokenizer, sampling.bad_words);
+  req.constraint = sampling.constraint;
   StreamSpec spec{.first_choice = num_choices_,
                   .n = sampling.params.n,
                   .max_tokens = sampling.params.max_tokens,
@@ -47,6 +48,7 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
     req.params.ignore_eos = true;
     req.params.stop_token_ids.clear();
     req.params.logprobs = -1;
+    req.constraint = nullptr;
   }
   if (ctx_.opts.log_requests) {
     std::string prompt = ctx_.tokenizer.decode(req.prompt_ids, false);

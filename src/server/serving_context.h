@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "grammar/grammar_compiler.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
@@ -46,6 +47,7 @@ struct ServingContext {
   Metrics& metrics;
   // /v1/responses kept for previous_response_id (shared: handlers copy the context pointer).
   std::shared_ptr<ResponseStore> responses = std::make_shared<ResponseStore>();
+  grammar::GrammarCompiler* grammars = nullptr;  // structured outputs (null: not offered)
 
   int64_t max_model_len() const { return loop.config().limits.max_model_len; }
   // 404 unless `model` is empty or one of the served names.

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -104,6 +105,23 @@ void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor
           static_cast<float>(static_cast<double>(row[token]) - log_sum_exp(row));
     }
   });
+}
+
+void apply_token_mask(Tensor& logits, const Tensor& mask) {
+  check_token_mask(logits, mask);
+  if (!logits.device().is_cpu())
+    raise<ShapeError>("apply_token_mask: logits on {}: the CPU op needs host memory",
+                      logits.device().str());
+  const int64_t R = logits.dim(0), V = logits.dim(1), W = mask.dim(1);
+  for (int64_t r = 0; r < R; ++r) {
+    float* row = logits.data<float>() + r * logits.stride(0);
+    const auto* m = reinterpret_cast<const uint32_t*>(mask.data<int32_t>()) + r * W;
+    for (int64_t w = 0; w < W; ++w) {
+      if (m[w] == ~0u) continue;
+      for (int64_t t = w * 32; t < std::min(V, w * 32 + 32); ++t)
+        if (!((m[w] >> (t & 31)) & 1u)) row[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
 }
 
 }  // namespace mls::ops::cpu

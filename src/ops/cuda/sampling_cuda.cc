@@ -47,4 +47,16 @@ void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor
   }
 }
 
+void apply_token_mask(Tensor& logits, const Tensor& mask) {
+  check_token_mask(logits, mask);
+  if (logits.device().is_cpu())
+    raise<ShapeError>("apply_token_mask on the GPU: logits on {}", logits.device().str());
+  mls::cuda::check(
+      kernels::launch_apply_token_mask(
+          logits.data<float>(), logits.stride(0), static_cast<int>(logits.dim(1)),
+          static_cast<int>(logits.dim(0)), reinterpret_cast<const uint32_t*>(mask.data<int32_t>()),
+          mls::cuda::stream()),
+      "apply_token_mask");
+}
+
 }  // namespace mls::ops::cuda

@@ -359,5 +359,60 @@ TEST(SampleRowsCuda, RejectsBadShapesAndHugeVocabularies) {
   EXPECT_THROW(sample_rows(huge, std::vector<RowSampling>(1), id1, lp1), Unsupported);
 }
 
+// --- allowed-token masks (structured outputs) ------------------------------------------------
+
+// Row r allows every id with (id * (r + 3)) % 7 < 2, and row 0 every id (all-ones words).
+Tensor make_mask(int64_t R, int64_t V) {
+  const int64_t W = (V + 31) / 32;
+  Tensor m = cpu_empty({R, W}, DType::kI32);
+  auto* words = reinterpret_cast<uint32_t*>(m.data<int32_t>());
+  std::fill(words, words + R * W, 0u);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t t = 0; t < V; ++t)
+      if (r == 0 || (t * (r + 3)) % 7 < 2) words[r * W + t / 32] |= 1u << (t % 32);
+  for (int64_t w = 0; w < W && R > 0; ++w) words[w] = ~0u;  // row 0: padding bits set too
+  return m;
+}
+
+TEST(TokenMaskCpu, DisallowedLogitsBecomeMinusInfinity) {
+  const int64_t R = 5, V = 77;
+  Tensor x = make_logits(R, V, Dist::kPeaked, 51);
+  const Tensor orig = make_logits(R, V, Dist::kPeaked, 51);
+  const Tensor m = make_mask(R, V);
+  apply_token_mask(x, m);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t t = 0; t < V; ++t) {
+      const bool allowed = r == 0 || (t * (r + 3)) % 7 < 2;
+      const float got = x.data<float>()[r * V + t];
+      if (allowed)
+        EXPECT_EQ(got, orig.data<float>()[r * V + t]) << r << " " << t;
+      else
+        EXPECT_EQ(got, -INFINITY) << r << " " << t;
+    }
+  // A masked greedy draw takes the best allowed id.
+  const Result drawn = run_cpu(x, assign({greedy()}, R, 1));
+  for (int64_t r = 1; r < R; ++r) EXPECT_LT((drawn.ids[r] * (r + 3)) % 7, 2);
+  const Tensor bad = cpu_empty({R, 2}, DType::kI32);
+  EXPECT_THROW(apply_token_mask(x, bad), ShapeError);
+}
+
+TEST(TokenMaskCuda, SameAsTheCpuOpThenSampled) {
+  MLS_REQUIRE_GPU();
+  for (int64_t V : {int64_t{33}, int64_t{1000}, kGlmVocab}) {
+    const int64_t R = 9;
+    Tensor host = make_logits(R, V, Dist::kPeaked, 61);
+    const Tensor mask = make_mask(R, V);
+    Tensor dev = test::to_gpu(host, DType::kF32);
+    const Tensor dev_mask = test::to_gpu(mask, DType::kI32);
+    apply_token_mask(dev, dev_mask);
+    apply_token_mask(host, mask);
+    const Tensor got = test::to_cpu(dev);
+    for (int64_t i = 0; i < R * V; ++i)
+      ASSERT_EQ(got.data<float>()[i], host.data<float>()[i]) << "V " << V << " element " << i;
+    const auto rows = assign({greedy(), sampled(1.0), sampled(0.8, 40, 0.9)}, R, 10);
+    EXPECT_EQ(compare("masked V " + std::to_string(V), host, rows), 0);
+  }
+}
+
 }  // namespace
 }  // namespace mls::ops

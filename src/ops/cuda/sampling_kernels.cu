@@ -572,7 +572,31 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   finish(select(s, c, lim, Crit{kMassGt, draw_target(p.r, total), 0.0}).idx);
 }
 
+// One thread per mask word: its 32 logits.
+__global__ void apply_token_mask_kernel(float* logits, int64_t stride, int V, int R,
+                                        const uint32_t* mask) {
+  const int words = (V + 31) / 32;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(words) * R) return;
+  const int r = static_cast<int>(i / words), w = static_cast<int>(i % words);
+  const uint32_t m = mask[i];
+  if (m == 0xffffffffu) return;
+  float* row = logits + r * stride;
+  for (int b = 0; b < 32 && w * 32 + b < V; ++b)
+    if (!((m >> b) & 1u)) row[w * 32 + b] = -INFINITY;
+}
+
 }  // namespace
+
+cudaError_t launch_apply_token_mask(float* logits, int64_t stride, int V, int R,
+                                    const uint32_t* mask, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>((V + 31) / 32) * R;
+  if (n == 0) return cudaSuccess;
+  const int threads = 256;
+  apply_token_mask_kernel<<<static_cast<unsigned int>((n + threads - 1) / threads), threads, 0,
+                            stream>>>(logits, stride, V, R, mask);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_sample_rows(const SampleArgs& a, cudaStream_t stream) {
   if (a.R <= 0) return cudaSuccess;

@@ -38,4 +38,9 @@ struct SampleArgs {
 
 cudaError_t launch_sample_rows(const SampleArgs& a, cudaStream_t stream);
 
+// logits[r · stride + t] = -inf where bit (t % 32) of mask[r · words + t / 32] is clear, for
+// R rows of V logits (words = ceil(V / 32)).
+cudaError_t launch_apply_token_mask(float* logits, int64_t stride, int V, int R,
+                                    const uint32_t* mask, cudaStream_t stream);
+
 }  // namespace mls::ops::cuda::kernels

@@ -1,0 +1,80 @@
+// A grammar bound to a vocabulary, run as a lazily built DFA over bytes. A state is the set of
+// pushdown stacks the grammar can be in after some output (each stack a list of positions in
+// Grammar::elements(), its top always a byte-set terminal; an empty stack means the output so
+// far is a complete sentence). States are interned, and per state the byte transitions and the
+// allowed-token mask are computed on first use and kept: a request's matcher is one state id, a
+// token advances it through a few table lookups, and a mask for a state seen before (by this or
+// any earlier request with the same grammar) is a copy. A new state's mask is one walk of the
+// vocabulary trie, pruned at the first byte that cannot follow.
+//
+// Thread-safe (one mutex): handler threads share compiled grammars through GrammarCompiler's
+// cache while the engine advances and masks. Bounded: past kMaxStates states or kMaxStacks
+// stacks in one state the grammar is rejected (GrammarError) as too ambiguous; at most
+// kMaxCachedMasks masks are kept per grammar (later ones are computed each time).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/vocabulary.h"
+
+namespace mls::grammar {
+
+class CompiledGrammar {
+ public:
+  static constexpr int32_t kDead = -1;
+  static constexpr size_t kMaxStates = 1 << 17;
+  static constexpr size_t kMaxStacks = 4096;
+  static constexpr size_t kMaxCachedMasks = 1024;
+
+  CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab);
+
+  const Vocabulary& vocab() const { return *vocab_; }
+  int32_t initial_state() const { return 0; }
+
+  // The state after `byte`, or kDead.
+  int32_t next(int32_t state, uint8_t byte);
+  // The state after every byte of `bytes`, or kDead.
+  int32_t next(int32_t state, std::string_view bytes);
+  // The output so far is a sentence of the grammar.
+  bool accepting(int32_t state);
+  // Accepting, and no byte can follow.
+  bool terminated(int32_t state);
+  // Bit t of `mask` (vocab().mask_words() words) set iff token t is matchable and its bytes
+  // lead from `state` to a live state.
+  void fill_mask(int32_t state, std::span<uint32_t> mask);
+
+  size_t num_states() const;
+
+ private:
+  using Stack = std::vector<int32_t>;
+  struct State {
+    std::vector<Stack> stacks;  // sorted, distinct; an empty stack = accepting
+    bool accepting = false;
+    int8_t terminated = -1;      // -1: not computed yet
+    std::vector<uint32_t> mask;  // empty until computed (and cached)
+  };
+  static constexpr int32_t kUnknown = -2;
+
+  void expand(Stack& stack, std::vector<Stack>& out) const;
+  int32_t intern(std::vector<Stack> stacks);
+  int32_t next_locked(int32_t state, uint8_t byte);
+  void walk_trie(int32_t state, std::span<uint32_t> mask);
+
+  Grammar g_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  mutable std::mutex mu_;
+  std::vector<State> states_;
+  std::vector<int32_t> trans_;  // states × 256
+  std::unordered_map<std::string, int32_t> ids_;
+  size_t cached_masks_ = 0;
+  std::vector<int32_t> walk_stack_;
+};
+
+}  // namespace mls::grammar

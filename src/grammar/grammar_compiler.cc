@@ -1,0 +1,74 @@
+#include "grammar/grammar_compiler.h"
+
+#include "grammar/gbnf_parser.h"
+#include "grammar/grammar_error.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex_parser.h"
+
+namespace mls::grammar {
+
+GrammarCompiler::GrammarCompiler(std::shared_ptr<const Vocabulary> vocab, size_t capacity)
+    : vocab_(std::move(vocab)), capacity_(capacity) {}
+
+std::shared_ptr<CompiledGrammar> GrammarCompiler::cached(const std::string& key,
+                                                         const std::function<RuleSet()>& make) {
+  {
+    std::lock_guard lock(mu_);
+    const auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  auto g = std::make_shared<CompiledGrammar>(Grammar::from_rules(make()), vocab_);
+  std::lock_guard lock(mu_);
+  if (index_.count(key)) return index_[key]->second;
+  lru_.emplace_front(key, g);
+  index_[key] = lru_.begin();
+  if (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return g;
+}
+
+std::shared_ptr<CompiledGrammar> GrammarCompiler::json_schema(
+    const nlohmann::ordered_json& schema) {
+  const std::string text = json_schema_gbnf(schema);
+  return cached("gbnf:" + text, [&] { return parse_gbnf(text); });
+}
+
+std::shared_ptr<CompiledGrammar> GrammarCompiler::json_object() {
+  const std::string text = json_object_gbnf();
+  return cached("gbnf:" + text, [&] { return parse_gbnf(text); });
+}
+
+std::shared_ptr<CompiledGrammar> GrammarCompiler::regex(std::string_view pattern) {
+  return cached("regex:" + std::string(pattern), [&] {
+    RuleSet rs;
+    rs.rules.emplace_back("root", parse_regex(pattern));
+    return rs;
+  });
+}
+
+std::shared_ptr<CompiledGrammar> GrammarCompiler::choice(const std::vector<std::string>& choices) {
+  if (choices.empty()) raise<GrammarError>("choice: the list is empty");
+  std::string key = "choice:";
+  std::vector<Expr> alts;
+  for (const std::string& c : choices) {
+    if (c.empty()) raise<GrammarError>("choice: a choice is empty");
+    key += std::to_string(c.size()) + ":" + c;
+    alts.push_back(Expr::bytes_of(c));
+  }
+  return cached(key, [&] {
+    RuleSet rs;
+    rs.rules.emplace_back("root", Expr::group(Expr::Kind::kAlt, std::move(alts)));
+    return rs;
+  });
+}
+
+std::shared_ptr<CompiledGrammar> GrammarCompiler::gbnf(std::string_view text) {
+  return cached("gbnf:" + std::string(text), [&] { return parse_gbnf(text); });
+}
+
+}  // namespace mls::grammar

@@ -154,6 +154,7 @@ class Renderer {
     if (items.empty()) return exec(s.else_body, frame, out);
     const auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      const Step step(*this, s.line, s.col);  // an empty body still costs its iterations
       Frame inner{&frame, {}};
       assign(s, s.targets, items[i], inner);
       inner.vars["loop"] = Value::dict({

@@ -86,8 +86,8 @@ Engine::Engine(ModelRunner& runner, const EngineConfig& cfg)
       blocks_(runner.num_blocks(), runner.block_size(), cfg.enable_prefix_caching),
       scheduler_({cfg_.limits.max_num_batched_tokens, cfg_.limits.max_num_seqs}, blocks_),
       sampler_(runner.config().vocab_size),
-      seed_rng_(cfg.seed.value_or(0)),
-      mask_words_((runner.config().vocab_size + 31) / 32) {}
+      mask_words_((runner.config().vocab_size + 31) / 32),
+      seed_rng_(cfg.seed.value_or(0)) {}
 
 Engine::~Engine() = default;
 

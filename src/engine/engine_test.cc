@@ -364,7 +364,7 @@ TEST(Engine, PromptLogprobsAreTheTeacherForcedLogSoftmax) {
 
     for (const int64_t budget : {int64_t{8192}, int64_t{7}}) {
       r.allocate_kv_cache(64, 16);
-      Engine engine(r, {.max_num_batched_tokens = budget, .max_num_seqs = 3});
+      Engine engine(r, {.limits = {.max_num_batched_tokens = budget, .max_num_seqs = 3}});
       engine.add_request({.id = "warm", .prompt_ids = prompt, .params = greedy(2), .on_token = {}});
       while (engine.step()) {
       }

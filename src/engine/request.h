@@ -72,7 +72,7 @@ struct Request {
   SamplingParams params;
   TokenCallback on_token;
   // Structured output: the constraint at the start of the output, cloned for each sample.
-  std::shared_ptr<const TokenConstraint> constraint;
+  std::shared_ptr<const TokenConstraint> constraint = nullptr;
 };
 
 }  // namespace mls

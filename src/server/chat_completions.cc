@@ -274,7 +274,7 @@ std::vector<int32_t> encode_prompt(const ServingContext& ctx, const std::string&
   }
 }
 
-SamplingOptions constrained_sampling(const ServingContext& ctx, const ChatRequest& req,
+SamplingOptions constrained_sampling(ServingContext& ctx, const ChatRequest& req,
                                      bool starts_in_reasoning) {
   const bool forced_call =
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;

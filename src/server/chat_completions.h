@@ -96,7 +96,7 @@ bool prompt_opens_reasoning(const std::string& prompt);
 void check_tool_choice(const ServingContext& ctx, const ChatRequest& req);
 // The request's sampling with its output constraint: the structured output it asks for, or the
 // tool call that tool_choice required/named forces (400 when both are asked).
-SamplingOptions constrained_sampling(const ServingContext& ctx, const ChatRequest& req,
+SamplingOptions constrained_sampling(ServingContext& ctx, const ChatRequest& req,
                                      bool starts_in_reasoning);
 // The prompt's ids (400 naming `what` when the tokenizer refuses the text).
 std::vector<int32_t> encode_prompt(const ServingContext& ctx, const std::string& prompt,

@@ -459,6 +459,8 @@ void add_serve_command(CLI::App& app) {
   // The flag table parses every argument (serve_flags.h): CLI11 passes them through untouched.
   cmd->set_help_flag();
   cmd->prefix_command();
+  // Not the parent's options either: the table parses --distributed-timeout-seconds too.
+  cmd->fallthrough(false);
   cmd->callback([cmd] { run_serve(cmd->remaining()); });
 }
 

@@ -30,7 +30,7 @@ std::vector<Sample> generate(std::shared_ptr<const TokenConstraint> c, SamplingP
                              bool device_sampling) {
   ModelRunner& r = demo_runner();
   r.allocate_kv_cache(256, 16);
-  Engine engine(r, {.device_sampling = device_sampling});
+  Engine engine(r, {.limits = {}, .device_sampling = device_sampling});
   const auto tok = tok::Tokenizer::from_dir(kDemo);
   std::vector<Sample> out(static_cast<size_t>(p.n));
   engine.add_request(

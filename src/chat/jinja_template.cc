@@ -131,7 +131,11 @@ class Renderer {
     const Value ns = frame.lookup(s.targets[0]);
     if (!ns.is_dict() || !ns.as_dict().is_namespace)
       fail_at(s.line, s.col, "cannot assign attribute on non-namespace object");
-    ns.as_dict().set(s.attr, std::move(v));
+    try {
+      ns.as_dict().set(s.attr, std::move(v));
+    } catch (const ValueError& e) {
+      fail_at(s.line, s.col, e.what());
+    }
   }
 
   Flow exec_for(const Stmt& s, Frame& frame, std::string& out) {

@@ -26,9 +26,9 @@
 #include "engine/memory_planner.h"
 #include "engine/model_runner.h"
 #include "engine/serving_limits.h"
+#include "io/model_config.h"
 #include "parallel/world.h"
 #include "server/cors.h"
-#include "io/model_config.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -225,10 +225,12 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const Checked& c) {
                     }});
   if (terminal) std::fputs("\n", stderr);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MLS_LOG_INFO(
-      "Loading weights took {:.2f} s ({}/s); weights use {} per rank", s,
-      human_bytes(static_cast<double>(bytes) / std::max(s, 1e-9)),
-      human_bytes(static_cast<double>(runner->allocator(0).stats().cur(MemTag::kWeights))));
+  // Rank 0 lives on the leader; followers' loads reach its log (ModelRunner).
+  if (runner->leader())
+    MLS_LOG_INFO(
+        "Loading weights took {:.2f} s ({}/s); weights use {} per rank", s,
+        human_bytes(static_cast<double>(bytes) / std::max(s, 1e-9)),
+        human_bytes(static_cast<double>(runner->allocator(0).stats().cur(MemTag::kWeights))));
   return runner;
 }
 
@@ -243,9 +245,10 @@ MemoryPlan allocate_kv(ModelRunner& runner, const ServeFlags& f) {
                              .max_model_len = f.max_model_len,
                              .block_size = f.block_size};
   const bool cpu = runner.device().is_cpu();
-  PlanBudget budget{.device_bytes = device_memory_bytes(runner.device()) / runner.ranks_per_device(),
-                    .utilization = f.gpu_memory_utilization,
-                    .kv_cache_memory_bytes = {}};
+  PlanBudget budget{
+      .device_bytes = device_memory_bytes(runner.device()) / runner.ranks_per_device(),
+      .utilization = f.gpu_memory_utilization,
+      .kv_cache_memory_bytes = {}};
   if (f.kv_cache_memory_bytes > 0)
     budget.kv_cache_memory_bytes = f.kv_cache_memory_bytes;
   else if (cpu)
@@ -414,9 +417,10 @@ void run_serve(const std::vector<std::string>& args) {
     MLS_LOG_WARN("--test-script {}: every request outputs its {} scripted tokens", f.test_script,
                  opts.test_script->size());
   }
-  server::Metrics metrics(f.served_model_name.front(),
-                          {.max_model_len = engine.config().limits.max_model_len,
-                           .max_num_batched_tokens = engine.config().limits.max_num_batched_tokens});
+  server::Metrics metrics(
+      f.served_model_name.front(),
+      {.max_model_len = engine.config().limits.max_model_len,
+       .max_num_batched_tokens = engine.config().limits.max_num_batched_tokens});
   metrics.set_cache_config({{"block_size", std::to_string(runner->block_size())},
                             {"cache_dtype", cfg["kv_cache_dtype"].get<std::string>()},
                             {"enable_prefix_caching", f.enable_prefix_caching ? "True" : "False"},

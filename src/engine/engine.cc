@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "parallel/world.h"
 
 namespace mls {
 
@@ -262,10 +263,11 @@ bool Engine::step() {
           if (masked_ && mask_failed_[r])
             finish(*sampled_[r], FinishReason::kAbort, true);
           else
-            sample_row(*sampled_[r], logits.data<float>() + sample_rows_[r] * vocab_,
-                       mask_row(r));
+            sample_row(*sampled_[r], logits.data<float>() + sample_rows_[r] * vocab_, mask_row(r));
         }
       }
+    } catch (const DistributedError&) {
+      throw;  // a process of the job died or hangs: the job goes down (World::fail_job)
     } catch (const std::exception& e) {
       fail_step(chunks, e.what());
     }

@@ -15,8 +15,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/step_broadcast.h"
 #include "engine/serving_limits.h"
+#include "engine/step_broadcast.h"
 #include "model/model.h"
 #include "ops/sampling.h"
 

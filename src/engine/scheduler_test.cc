@@ -48,7 +48,6 @@ TEST(Scheduler, DropsARunningSequenceThatOutgrowsThePool) {
   EXPECT_EQ(sched.preemptions(), 0);
 }
 
-
 // A step has at most max_logit_rows(cfg) logits rows (what the memory planner profiles): a
 // prompt-scoring sequence's chunks are shortened to fit beside the others' one row each, and it
 // still advances every step.

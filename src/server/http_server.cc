@@ -9,8 +9,8 @@
 #include "server/chat_completions.h"
 #include "server/completions.h"
 #include "server/errors.h"
-#include "server/responses.h"
 #include "server/info_routes.h"
+#include "server/responses.h"
 #include "server/sse.h"
 
 namespace mls::server {

@@ -11,8 +11,8 @@
 
 #include "chat/chat_template.h"
 #include "core/error.h"
-#include "core/logging.h"
 #include "core/json.h"
+#include "core/logging.h"
 #include "server/errors.h"
 #include "server/stop_matcher.h"
 

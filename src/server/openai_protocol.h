@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
-#include "tokenizer/tokenizer.h"
 #include "engine/token_constraint.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mls::server {
 

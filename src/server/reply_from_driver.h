@@ -39,7 +39,8 @@ class DriverReplySource : public ReplySource {
         out += dump_json(body);
         return done_ = true;
       }
-      for (const nlohmann::json& chunk : responder_->stream_chunks(events_, driver_->prompt_tokens()))
+      for (const nlohmann::json& chunk :
+           responder_->stream_chunks(events_, driver_->prompt_tokens()))
         out += sse_event(chunk);
       if (more) return false;
       if (auto usage = responder_->usage_chunk(driver_->prompt_tokens())) {

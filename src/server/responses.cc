@@ -621,7 +621,8 @@ Reply handle_responses(ServingContext& ctx, const std::string& body) {
                             .echo = std::move(req.echo)};
   const std::string id = cfg.id;
   auto driver = std::make_shared<RequestDriver>(ctx, id);
-  driver->submit(std::move(ids), constrained_sampling(ctx, req.chat, cfg.parsers.starts_in_reasoning), "input");
+  driver->submit(std::move(ids),
+                 constrained_sampling(ctx, req.chat, cfg.parsers.starts_in_reasoning), "input");
   auto responder = std::make_shared<ResponsesResponder>(std::move(cfg));
 
   // A finished response joins the store (unless store: false) for previous_response_id.

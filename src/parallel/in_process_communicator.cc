@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "parallel/rank_order_sum.h"
 
 namespace mls {
 namespace {
@@ -103,17 +104,10 @@ class InProcessCommunicator final : public Communicator {
 
   // acc[i] = Σ_r rank r's element (offset + i), converted to f32, in rank order.
   void sum_ranks(DType t, int64_t offset, int64_t n, float* acc) {
-    std::memset(acc, 0, n * sizeof(float));
-    std::vector<float> tmp(t == DType::kF32 ? 0 : n);
-    for (int r = 0; r < size(); ++r) {
-      const char* base = static_cast<const char*>(s_->published[r]) + offset * dtype_size(t);
-      const float* v = reinterpret_cast<const float*>(base);
-      if (t != DType::kF32) {
-        convert_to_f32(base, t, tmp.data(), n);
-        v = tmp.data();
-      }
-      for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
-    }
+    sum_in_rank_order(
+        size(), t,
+        [&](int r) { return static_cast<const char*>(s_->published[r]) + offset * dtype_size(t); },
+        n, acc);
   }
 
   Tensor& scratch(int64_t n) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "parallel/mpi_wait.h"
+#include "parallel/rank_order_sum.h"
 #include "parallel/world.h"
 
 namespace mls {
@@ -207,19 +208,8 @@ class MpiCommunicator final : public Communicator {
 
   const char* recv_block(int r, size_t bytes) const { return s_->recv.data() + r * bytes; }
 
-  // acc[i] = Σ_r input(r)[i] converted to f32, in rank order (as the in-process communicator).
   void sum_ranks(DType t, const std::function<const char*(int)>& input, int64_t n, float* acc) {
-    std::memset(acc, 0, n * sizeof(float));
-    std::vector<float> tmp(t == DType::kF32 ? 0 : n);
-    for (int r = 0; r < size(); ++r) {
-      const char* base = input(r);
-      const float* v = reinterpret_cast<const float*>(base);
-      if (t != DType::kF32) {
-        convert_to_f32(base, t, tmp.data(), n);
-        v = tmp.data();
-      }
-      for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
-    }
+    sum_in_rank_order(size(), t, input, n, acc);
   }
 
   Tensor& scratch(int64_t n) {

@@ -2,8 +2,9 @@
 Face transformers itself, run on this GPU in the precision mlaserve uses, lands from the float64
 goldens of every fixture (tests/data/*), per row: each prefill (relative L2 error of its
 logits) and the teacher-forced decode steps (the golden's continuation fed back one token at a
-time through the KV cache; relative L2 error of all step logits). The GPU test requires at most
-1.25 x these, and at most 2e-2 where transformers is within 2e-2.
+time through the KV cache; relative L2 error of all step logits), the largest over transformers'
+equally valid runs (VARIANTS). The GPU test requires at most 1.25 x these, and at most 2e-2
+where transformers is within 2e-2.
 
 Precision: bf16 for bf16 fixtures. For FP8 fixtures transformers' fine-grained FP8 path needs
 kernels from the hub (not on the GPU machine), so the run is bf16 over the block-dequantised
@@ -65,21 +66,30 @@ def quantise_input(module, args):
 # The reference semantics: eager attention and eager experts (a loop of per-expert linears).
 EAGER = {"attn_implementation": "eager", "experts_implementation": "eager"}
 
+# Equally valid transformers runs in the same precision, differing only in execution order:
+# the attention kernel, and the batch a prompt runs in (a batch of two copies: other GEMM
+# shapes; on the H200 it gave the single run's figures exactly, kept as a check). Near-tied
+# discrete choices (MoE routing, the DSA top-k) fall either way across such runs, so
+# transformers' own error on a row is the largest over them (each run's figures are kept in the
+# JSON under "variants").
+VARIANTS = {"eager": ({}, 1), "eager, batch 2": ({}, 2), "sdpa": ({"attn_implementation": "sdpa"}, 1)}
 
-def load(d, tmp_root):
+
+def load(d, tmp_root, impl):
     config = transformers.AutoConfig.from_pretrained(d)
     if getattr(config, "quantization_config", None) is None:
-        model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, **EAGER)
+        model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, **impl)
         return model.cuda().eval(), "bf16", None
     # transformers fuses the checkpoint's per-expert weights at load time, so the dequantised
     # weights go through from_pretrained as a bf16 checkpoint of their own.
     state, fp8_names = dequantised_state(load_file(f"{d}/model.safetensors"))
     plain = os.path.join(tmp_root, os.path.basename(d))
-    os.makedirs(plain, exist_ok=True)
-    save_file(state, os.path.join(plain, "model.safetensors"))
-    del config.quantization_config
-    config.save_pretrained(plain)
-    model = transformers.AutoModelForCausalLM.from_pretrained(plain, dtype=torch.bfloat16, **EAGER)
+    if not os.path.exists(os.path.join(plain, "model.safetensors")):
+        os.makedirs(plain, exist_ok=True)
+        save_file(state, os.path.join(plain, "model.safetensors"))
+        del config.quantization_config
+        config.save_pretrained(plain)
+    model = transformers.AutoModelForCausalLM.from_pretrained(plain, dtype=torch.bfloat16, **impl)
     model = model.cuda().eval()
     # A parameter is FP8 when it holds weights of FP8 checkpoint tensors (fused experts
     # included): every linear over it sees e4m3-quantised inputs.
@@ -118,30 +128,49 @@ class Fp8Activations:
 @torch.no_grad()
 def measure(name, tmp_root):
     d = f"tests/data/{name}"
-    model, precision, fp8_params = load(d, tmp_root)
-    with Fp8Activations(fp8_params or {}) as fp8:
-        rows = run_rows(model, d)
-    if fp8_params and set(fp8.hits) != set(fp8_params.values()):
-        raise SystemExit(f"{d}: FP8 activations not emulated for "
-                         f"{sorted(set(fp8_params.values()) - set(fp8.hits))}")
+    variants, precision = {}, None
+    for vname, (override, batch) in VARIANTS.items():
+        try:
+            model, precision, fp8_params = load(d, tmp_root, {**EAGER, **override})
+            with Fp8Activations(fp8_params or {}) as fp8:
+                rows = run_rows(model, d, batch)
+        except Exception as e:  # a variant transformers does not run for this model
+            print(f"{name}: variant {vname!r} does not run: {e}", flush=True)
+            continue
+        if fp8_params and set(fp8.hits) != set(fp8_params.values()):
+            raise SystemExit(f"{d}: FP8 activations not emulated for "
+                             f"{sorted(set(fp8_params.values()) - set(fp8.hits))} ({vname})")
+        variants[vname] = rows
+    if "eager" not in variants:
+        raise SystemExit(f"{d}: the eager reference run failed")
+    rows = {row: max(v[row] for v in variants.values() if row in v) for row in variants["eager"]}
     return {"transformers": transformers.__version__, "torch": torch.__version__,
-            "device": torch.cuda.get_device_name(), "precision": precision, "rows": rows}
+            "device": torch.cuda.get_device_name(), "precision": precision, "rows": rows,
+            "variants": variants}
 
 
-def run_rows(model, d):
+def run_rows(model, d, batch):
     gold = load_file(f"{d}/golden.safetensors")
     rows = {}
     for i in range(4):
-        ids = gold[f"prefill.{i}.input_ids"].long().cuda()[None]
-        got = model(ids).logits[0].double().cpu()
-        rows[f"prefill.{i}"] = rel_err(got, gold[f"prefill.{i}.logits"].double())
-    prompt = gold["generate.prompt_ids"].long().cuda()[None]
+        ids = gold[f"prefill.{i}.input_ids"].long().cuda()[None].repeat(batch, 1)
+        res = model(ids, output_hidden_states=True)
+        rows[f"prefill.{i}"] = rel_err(res.logits[0].double().cpu(),
+                                       gold[f"prefill.{i}.logits"].double())
+        # Layer by layer where the golden has the hidden states (embeddings, each layer's
+        # output, the last one after the final norm), to place an excess error at its layer.
+        for k, h in enumerate(res.hidden_states):
+            want = gold.get(f"prefill.{i}.hidden.{k}")
+            if want is not None:
+                rows[f"prefill.{i}.hidden.{k}"] = rel_err(h[0].double().cpu(), want.double())
+    prompt = gold["generate.prompt_ids"].long().cuda()[None].repeat(batch, 1)
     out = gold["generate.output_ids"].long().tolist()
     res = model(prompt, use_cache=True)
     steps = [res.logits[0, -1]]
     past = res.past_key_values
     for tok in out[:-1]:
-        res = model(torch.tensor([[tok]], device="cuda"), past_key_values=past, use_cache=True)
+        res = model(torch.tensor([[tok]] * batch, device="cuda"), past_key_values=past,
+                    use_cache=True)
         past = res.past_key_values
         steps.append(res.logits[0, -1])
     got = torch.stack(steps).double().cpu()

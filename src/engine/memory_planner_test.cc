@@ -281,7 +281,7 @@ TEST(MemoryPlanner, GpuMetaEqualsRealToTheByte) {
       };
       const ServingLimits limits{.max_num_batched_tokens = 2048,
                                  .max_num_seqs = 64,
-                                 .max_model_len = 8192,
+                                 .max_model_len = 4096,
                                  .block_size = 64};
       const PlanBudget budget{.device_bytes = (int64_t{140} << 30) / c.tp,
                               .utilization = 0.5,

@@ -4,7 +4,12 @@
 //      own tokens, so one early difference cannot cascade): per fixture and row — each prefill
 //      and the decode steps — the relative L2 error against the transformers float64 golden is
 //      at most 1.25 × that of transformers itself in the same precision on the same GPU, and at
-//      most 2e-2 where transformers is within 2e-2. The yardstick is checked in beside each
+//      most 2e-2 where transformers is within 2e-2. Transformers' own error on a row is the
+//      largest over its equally valid runs (eager and SDPA attention; a batch of two): random
+//      weights put near-ties in MoE routing and the DSA top-k that bf16 rounding tips either
+//      way, transformers' included (tiny-dsv3 prefill.2: 1.19e-2 eager, 2.34e-2 SDPA), so one
+//      run of it is one draw of a coin the criterion would otherwise ask us to match. The
+//      yardstick is checked in beside each
 //      fixture (tests/data/<fixture>/transformers_error.json, written on the GPU by
 //      bench/hf_fixture_error.py --write): bf16 for bf16 fixtures; for FP8 fixtures bf16 over
 //      the block-dequantised weights with DeepSeek-style FP8 activation quantisation emulated
@@ -34,9 +39,6 @@
 namespace mls {
 namespace {
 
-constexpr double kRatio = 1.25;
-constexpr double kAbsolute = 2e-2;
-
 const std::string kData = MLASERVE_TEST_DATA;
 
 bool have_gpu() {
@@ -50,25 +52,12 @@ bool have_gpu() {
 using golden::as_f32;
 using golden::as_i32;
 
-double rel_err(const float* got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
 class GpuConformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
     dir_ = kData + "/" + GetParam();
-    std::ifstream y(dir_ + "/transformers_error.json");
-    ASSERT_TRUE(y) << dir_ << "/transformers_error.json is missing: run "
-                   << "`python3 bench/hf_fixture_error.py --write` on this GPU";
-    yardstick_ = nlohmann::json::parse(y);
+    yardstick_ = golden::yardstick(dir_);
     golden_ = std::make_unique<io::SafetensorsFile>(
         io::SafetensorsFile::open(dir_ + "/golden.safetensors"));
     runner_ = std::make_unique<ModelRunner>(RunnerOptions{
@@ -83,8 +72,8 @@ class GpuConformance : public ::testing::TestWithParam<std::string> {
   void expect_row(const std::string& row, const float* got, const std::vector<float>& want) {
     ASSERT_TRUE(yardstick_["rows"].contains(row)) << "the yardstick has no row " << row;
     const double hf = yardstick_["rows"][row].get<double>();
-    const double bound = hf <= kAbsolute ? std::min(kRatio * hf, kAbsolute) : kRatio * hf;
-    const double err = rel_err(got, want);
+    const double bound = golden::gpu_bound(hf);
+    const double err = golden::rel_l2(got, want);
     std::printf("%s %s: rel_err %.3e, transformers %.3e (%s), bound %.3e\n", GetParam().c_str(),
                 row.c_str(), err, hf, yardstick_["precision"].get<std::string>().c_str(), bound);
     EXPECT_LE(err, bound) << row << ": transformers' own error is " << hf;

@@ -1,9 +1,10 @@
 // Tensor and sequence parallelism with every rank on one GPU (--ranks-per-device = tp, the
 // in-process device communicator): for every fixture at tp = 2, 4, 8 with sequence parallelism
-// off and on, the logits stay within bf16 noise of the GPU's tp = 1 run (kBf16Noise, relative
-// L2 over all rows of prompts of 1, 7, 13 and 70 tokens: padding rows at every tp, and at tp = 8
-// seven ranks holding only padding), and the demo model's greedy output on the first 100
-// held-out samples is the tp = 1 output, token for token. Skips visibly without a GPU.
+// off and on, every golden prefill (1, 5, 19 and 70 tokens: padding rows at every tp, and at
+// tp = 8 seven ranks holding only padding) passes the GPU conformance criterion on its own
+// (golden::gpu_bound: bf16 noise as transformers itself shows it on this GPU); its distance from
+// the GPU's tp = 1 logits is printed. The demo model's greedy output on the first 100 held-out
+// samples is the tp = 1 output, token for token. Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,20 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "../conformance/golden.h"
 #include "engine/model_runner.h"
 #include "engine/simple_generator.h"
 #include "io/safetensors.h"
+#include "ops/copy.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
 #endif
 
 namespace mls {
 namespace {
-
-// Two bf16 runs that differ only in reduction order (partial sums over ranks, padding rows)
-// drift apart by rounding through every layer: the bound the tp = 1 run's own bf16 error
-// against the float64 golden lies within on these fixtures (GPU conformance: up to 2e-2).
-constexpr double kBf16Noise = 2e-2;
 
 const std::string kData = MLASERVE_TEST_DATA;
 
@@ -37,21 +35,6 @@ bool have_gpu() {
 #else
   return false;
 #endif
-}
-
-std::vector<int32_t> golden_ids(const std::string& fixture, const std::string& name) {
-  auto f = io::SafetensorsFile::open(kData + "/" + fixture + "/golden.safetensors");
-  const io::TensorInfo* t = f.find(name);
-  const auto* p = reinterpret_cast<const int32_t*>(t->data);
-  return {p, p + t->numel()};
-}
-
-std::vector<std::vector<int32_t>> prompts(const std::string& fixture) {
-  const auto long_ids = golden_ids(fixture, "prefill.3.input_ids");
-  return {golden_ids(fixture, "prefill.0.input_ids"),
-          {long_ids.begin(), long_ids.begin() + 7},
-          {long_ids.begin() + 20, long_ids.begin() + 33},
-          long_ids};
 }
 
 std::vector<float> all_logits(ModelRunner& runner, const std::vector<int32_t>& ids) {
@@ -64,6 +47,47 @@ std::vector<float> all_logits(ModelRunner& runner, const std::vector<int32_t>& i
   return {t.data<float>(), t.data<float>() + t.numel()};
 }
 
+// Every layer's output ("layer.L", replicated on every rank), on the host as f32 [T, hidden].
+std::map<std::string, std::vector<float>> layer_outputs(ModelRunner& runner,
+                                                        const std::vector<int32_t>& ids) {
+  const auto n = static_cast<int64_t>(ids.size());
+  runner.allocate_kv_cache(1, n);
+  ForwardBatch b;
+  b.token_ids = ids;
+  b.seqs.push_back({.num_new = n, .block_table = {0}, .logits = SequenceChunk::Logits::kLast});
+  std::map<std::string, std::vector<float>> out;
+  runner.forward(b, [&](std::string_view name, const Tensor& t) {
+    if (!name.starts_with("layer.") || name.find('.', 6) != std::string_view::npos) return;
+    Tensor f = Tensor::empty(t.shape(), DType::kF32, MemTag::kActivation, *t.allocator());
+    ops::copy(t, f);
+    std::vector<float>& host = out[std::string(name)];
+    host.resize(static_cast<size_t>(t.numel()));
+    Tensor h = Tensor::wrap(host.data(), t.shape(), DType::kF32);
+    ops::copy(f, h);
+  });
+  return out;
+}
+
+// Where a tp run leaves the tp = 1 run: per layer, each token's relative distance. A discrete
+// choice falling the other way (an expert or a DSA key swapped) shows as one token jumping at
+// one layer; a defect shows as every token drifting.
+std::string divergence(ModelRunner& one, ModelRunner& many, const std::vector<int32_t>& ids) {
+  const auto a = layer_outputs(one, ids), b = layer_outputs(many, ids);
+  const auto T = static_cast<int64_t>(ids.size());
+  std::string s;
+  for (const auto& [name, x] : a) {
+    const std::vector<float>& y = b.at(name);
+    const int64_t H = static_cast<int64_t>(x.size()) / T;
+    s += name + ":";
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<float> want(x.begin() + t * H, x.begin() + (t + 1) * H);
+      s += fmt::format(" {:.1e}", golden::rel_l2(y.data() + t * H, want));
+    }
+    s += "\n";
+  }
+  return s;
+}
+
 RunnerOptions on_one_gpu(const std::string& model, int tp, bool sp) {
   return {.model = model,
           .tensor_parallel_size = tp,
@@ -74,31 +98,42 @@ RunnerOptions on_one_gpu(const std::string& model, int tp, bool sp) {
 
 class RanksOnOneGpu : public ::testing::TestWithParam<std::tuple<std::string, int, bool>> {};
 
-TEST_P(RanksOnOneGpu, LogitsWithinBf16NoiseOfTp1) {
+TEST_P(RanksOnOneGpu, GoldenPrefillsConformLikeTp1) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
   const auto& [fixture, tp, sp] = GetParam();
+  const std::string dir = kData + "/" + fixture;
+  const auto gold = io::SafetensorsFile::open(dir + "/golden.safetensors");
+  const nlohmann::json hf = golden::yardstick(dir);
+  const auto tensor = [&](const std::string& name) -> const io::TensorInfo& {
+    const io::TensorInfo* t = gold.find(name);
+    if (!t) raise<InvalidArgument>("{} has no {}", dir, name);
+    return *t;
+  };
   static std::map<std::string, std::vector<std::vector<float>>> tp1;
   auto& ref = tp1[fixture];
   if (ref.empty()) {
-    ModelRunner one(on_one_gpu(kData + "/" + fixture, 1, false));
-    for (const auto& p : prompts(fixture)) ref.push_back(all_logits(one, p));
+    ModelRunner one(on_one_gpu(dir, 1, false));
+    for (int i = 0; i < 4; ++i)
+      ref.push_back(
+          all_logits(one, golden::as_i32(tensor(fmt::format("prefill.{}.input_ids", i)))));
   }
-  ModelRunner runner(on_one_gpu(kData + "/" + fixture, tp, sp));
-  double num = 0, den = 0;
-  const auto ps = prompts(fixture);
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const std::vector<float> got = all_logits(runner, ps[i]);
+  ModelRunner runner(on_one_gpu(dir, tp, sp));
+  for (int i = 0; i < 4; ++i) {
+    const std::string row = fmt::format("prefill.{}", i);
+    const std::vector<float> got = all_logits(runner, golden::as_i32(tensor(row + ".input_ids")));
     ASSERT_EQ(got.size(), ref[i].size());
-    for (size_t j = 0; j < got.size(); ++j) {
-      const double d = static_cast<double>(got[j]) - ref[i][j];
-      num += d * d;
-      den += static_cast<double>(ref[i][j]) * ref[i][j];
+    const double err = golden::rel_l2(got.data(), golden::as_f32(tensor(row + ".logits")));
+    const double bound = golden::gpu_bound(hf["rows"][row].get<double>());
+    std::printf("%s tp=%d sp=%d on one GPU, %s: rel_err %.3e (bound %.3e), vs tp=1 %.3e\n",
+                fixture.c_str(), tp, sp, row.c_str(), err, bound,
+                golden::rel_l2(got.data(), ref[i]));
+    if (err > bound) {
+      ModelRunner one(on_one_gpu(dir, 1, false));
+      ADD_FAILURE() << row << ": rel_err " << err << " > " << bound
+                    << "; per layer, each token's distance from tp = 1:\n"
+                    << divergence(one, runner, golden::as_i32(tensor(row + ".input_ids")));
     }
   }
-  const double rel = std::sqrt(num / den);
-  std::printf("%s tp=%d sp=%d on one GPU: logits rel L2 vs tp=1 %.3e\n", fixture.c_str(), tp, sp,
-              rel);
-  EXPECT_LE(rel, kBf16Noise);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RanksOnOneGpu,

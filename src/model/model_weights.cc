@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "ops/moe_experts.h"
 
 namespace mls {
 
@@ -259,6 +260,35 @@ class WeightLoader {
   Allocator& alloc_;
 };
 
+// The grouped FP8 expert path's address table for a layer whose routed experts are all
+// block-FP8 with widths the grouped kernels take (multiples of 16), on a GPU.
+void build_expert_table(LayerWeights& l, Allocator& alloc) {
+  if (l.experts.empty() || alloc.device().is_cpu()) return;
+  const auto fp8 = [](const Tensor& t) {
+    return t.dtype() == DType::kFP8E4M3 && t.block_scale() != nullptr;
+  };
+  for (const MlpWeights& m : l.experts)
+    if (!fp8(m.gate) || !fp8(m.up) || !fp8(m.down)) return;
+  if (l.experts[0].gate.dim(1) % 16 != 0 || l.experts[0].gate.dim(0) % 16 != 0) return;
+  const auto E = static_cast<int64_t>(l.experts.size());
+  l.expert_table = Tensor::empty({ops::kExpertTableRows, E}, DType::kI64, MemTag::kWeights, alloc);
+  if (!l.expert_table.raw()) return;  // meta allocator: sizes only
+  std::vector<int64_t> host(static_cast<size_t>(ops::kExpertTableRows * E));
+  const auto put = [&](int64_t row, int64_t e, const void* p) {
+    host[static_cast<size_t>(row * E + e)] = static_cast<int64_t>(reinterpret_cast<intptr_t>(p));
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    const MlpWeights& m = l.experts[static_cast<size_t>(e)];
+    put(ops::kGate, e, m.gate.raw());
+    put(ops::kGateScale, e, m.gate.block_scale()->raw());
+    put(ops::kUp, e, m.up.raw());
+    put(ops::kUpScale, e, m.up.block_scale()->raw());
+    put(ops::kDown, e, m.down.raw());
+    put(ops::kDownScale, e, m.down.block_scale()->raw());
+  }
+  ops::copy(Tensor::wrap(host.data(), l.expert_table.shape(), DType::kI64), l.expert_table);
+}
+
 }  // namespace
 
 ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
@@ -314,6 +344,7 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
       progress(p.rank, done, total);
     }
   }
+  for (LayerWeights& l : w.layers) build_expert_table(l, alloc);
   return w;
 }
 

@@ -40,6 +40,9 @@ struct LayerWeights {
   MlpWeights dense;
   Tensor router, router_bias;
   std::vector<MlpWeights> experts;
+  // Block-FP8 experts on a GPU: every expert's weight and scale addresses (ops/moe_experts.h),
+  // built once at load, for the grouped expert path; undefined otherwise.
+  Tensor expert_table;
   MlpWeights shared;
 };
 

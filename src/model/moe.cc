@@ -5,6 +5,7 @@
 #include "model/mlp.h"
 #include "ops/copy.h"
 #include "ops/linear.h"
+#include "ops/moe_experts.h"
 #include "ops/moe_routing.h"
 
 namespace mls {
@@ -25,8 +26,7 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
   ops::moe_route(logits, w.router_bias, ra, ids, weights);
 
   // Permute the T·K (token, expert) pairs into expert-contiguous rows, run each expert on its
-  // rows, then weigh and sum back per token. The busiest expert can take every token, so the
-  // gate/up buffers have T rows; real runs and meta-mode traces allocate the same bytes.
+  // rows, then weigh and sum back per token.
   Tensor src_token = Tensor::empty({T * K}, DType::kI32, act, alloc);
   Tensor dest_row = Tensor::empty({T, K}, DType::kI32, act, alloc);
   Tensor offsets = Tensor::empty({E + 1}, DType::kI32, act, alloc);
@@ -34,21 +34,35 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
   const int64_t I = w.experts[0].gate.dim(0);
   Tensor xin = Tensor::empty({T * K, H}, dt, act, alloc);
   Tensor y = Tensor::empty({T * K, H}, dt, act, alloc);
-  Tensor gate = Tensor::empty({T, I}, dt, act, alloc);
-  Tensor up = Tensor::empty({T, I}, dt, act, alloc);
   ops::gather_rows(x, src_token, xin);
-  if (offsets.raw()) {
-    // The one host decision of the layer: which experts have rows and how many, read after the
-    // routing kernels (a device synchronisation on the GPU). Each expert's GEMMs are then
-    // launched with their true row count.
-    std::vector<int32_t> off(E + 1);
-    Tensor host_off = Tensor::wrap(off.data(), {E + 1}, DType::kI32);
-    ops::copy(offsets, host_off);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t n = off[e + 1] - off[e];
-      if (n == 0) continue;
-      Tensor ye = y.narrow(0, off[e], n);
-      mlp_forward_into(w.experts[e], xin.narrow(0, off[e], n), ye, gate, up);
+  if (ops::moe_experts_grouped(w.expert_table, T * K)) {
+    // Every expert in one launch per projection, from the device-side offsets.
+    Tensor h = Tensor::empty({T * K, I}, dt, act, alloc);
+    const MlpWeights& e0 = w.experts[0];
+    ops::moe_experts_fp8(xin, offsets, w.expert_table,
+                         {.hidden = H,
+                          .inter = I,
+                          .gate_up_scale_ld = e0.gate.block_scale()->stride(0),
+                          .down_scale_ld = e0.down.block_scale()->stride(0)},
+                         h, y);
+  } else {
+    // The busiest expert can take every token, so the gate/up buffers have T rows; real runs
+    // and meta-mode traces allocate the same bytes.
+    Tensor gate = Tensor::empty({T, I}, dt, act, alloc);
+    Tensor up = Tensor::empty({T, I}, dt, act, alloc);
+    if (offsets.raw()) {
+      // The one host decision of the layer: which experts have rows and how many, read after
+      // the routing kernels (a device synchronisation on the GPU). Each expert's GEMMs are then
+      // launched with their true row count.
+      std::vector<int32_t> off(E + 1);
+      Tensor host_off = Tensor::wrap(off.data(), {E + 1}, DType::kI32);
+      ops::copy(offsets, host_off);
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t n = off[e + 1] - off[e];
+        if (n == 0) continue;
+        Tensor ye = y.narrow(0, off[e], n);
+        mlp_forward_into(w.experts[e], xin.narrow(0, off[e], n), ye, gate, up);
+      }
     }
   }
   ops::moe_unpermute(y, dest_row, weights, out);

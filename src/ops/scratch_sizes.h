@@ -104,6 +104,18 @@ constexpr int64_t moe_align_ints(int64_t pairs, int E) {
   return W * E + E;
 }
 
+// --- Grouped FP8 experts (ops/moe_experts.h) ----------------------------------------------
+// Steps of at most this many (token, expert) pairs run every routed expert in one launch per
+// projection from device-side offsets (decode batches up to 256 at top-8); larger steps
+// (prefills) group rows per expert on the host and run each expert's GEMMs.
+inline constexpr int64_t kMoeGroupedMaxPairs = 2048;
+// The pairs' quantised activations (hidden wide), then the SwiGLU output's (intermediate wide),
+// each region 256-byte aligned, then the active-expert list (E + 1 ints).
+constexpr int64_t moe_experts_fp8_bytes(int64_t pairs, int64_t hidden, int64_t inter, int64_t E) {
+  return round_up(fp8_act_bytes(pairs, hidden), 256) + round_up(fp8_act_bytes(pairs, inter), 256) +
+         4 * (E + 1);
+}
+
 // --- GEMM library ---------------------------------------------------------------------------
 // What each rank's cuBLASLt state holds for its whole life: cuBLASLt's workspace, our skinny
 // kernels' split-K partials and their counters.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/cuda/fp8_quant_kernels.h"
+#include "ops/cuda/mma_ptx.cuh"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -89,15 +90,6 @@ __global__ void pad_scale_rows_kernel(const float* __restrict__ src, int64_t row
 // the fp32 partials in split order, so results are deterministic.
 
 constexpr int kWarps = 8;
-
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;

@@ -36,13 +36,6 @@ const float* f(const Tensor& t) {
   return t.data<float>();
 }
 
-// Host f32 values rounded through bf16, as the GPU sees them.
-Tensor round_bf16(const Tensor& t) {
-  Tensor r = Tensor::empty(t.shape(), DType::kF32, MemTag::kActivation);
-  for (int64_t i = 0; i < t.numel(); ++i) f(r)[i] = bf16_to_f32(f32_to_bf16(f(t)[i]));
-  return r;
-}
-
 // Columns [c0, c0 + n) of a host f32 matrix [rows, cols], contiguous.
 Tensor cols_of(const Tensor& t, int64_t c0, int64_t n) {
   const int64_t rows = t.dim(0), cols = t.dim(1);
@@ -193,65 +186,6 @@ TEST(LinearCuda, BatchedMatchesCpuLoop) {
     }
     EXPECT_LE(rel_l2(got2_c, want2), kBf16OutTol);
   }
-}
-
-// A block-FP8 weight as a checkpoint stores it: e4m3 values and one f32 scale per 128x128 block
-// (amax / 448, like DeepSeek's weight_scale_inv), plus its dequantised f32 value.
-struct Fp8Weight {
-  Tensor q;      // host e4m3 [out, in]
-  Tensor scale;  // host f32 [ceil(out/128), ceil(in/128)]
-  Tensor deq;    // host f32 [out, in]
-};
-
-Fp8Weight make_fp8_weight(int64_t out, int64_t in, uint32_t seed) {
-  Tensor w = random_cpu({out, in}, seed, 0.05f);
-  const int64_t NB = (out + 127) / 128, KB = (in + 127) / 128;
-  // Blocks of very different magnitudes, so a scale applied to the wrong block shows.
-  for (int64_t i = 0; i < out; ++i)
-    for (int64_t j = 0; j < in; ++j)
-      f(w)[i * in + j] *= std::ldexp(1.0f, static_cast<int>((i / 128 * 3 + j / 128 * 5) % 7) - 3);
-  Fp8Weight r{Tensor::empty({out, in}, DType::kFP8E4M3, MemTag::kWeights),
-              Tensor::empty({NB, KB}, DType::kF32, MemTag::kWeights),
-              Tensor::empty({out, in}, DType::kF32, MemTag::kWeights)};
-  for (int64_t bi = 0; bi < NB; ++bi)
-    for (int64_t bj = 0; bj < KB; ++bj) {
-      float amax = 0.0f;
-      for (int64_t i = bi * 128; i < std::min(out, bi * 128 + 128); ++i)
-        for (int64_t j = bj * 128; j < std::min(in, bj * 128 + 128); ++j)
-          amax = std::max(amax, std::fabs(f(w)[i * in + j]));
-      const float s = amax / 448.0f;
-      f(r.scale)[bi * KB + bj] = s;
-      for (int64_t i = bi * 128; i < std::min(out, bi * 128 + 128); ++i)
-        for (int64_t j = bj * 128; j < std::min(in, bj * 128 + 128); ++j) {
-          const uint8_t q = f32_to_fp8e4m3(f(w)[i * in + j] / s);
-          r.q.data<uint8_t>()[i * in + j] = q;
-          f(r.deq)[i * in + j] = fp8e4m3_to_f32(q) * s;
-        }
-    }
-  return r;
-}
-
-Tensor upload_fp8(const Fp8Weight& w) {
-  Tensor dev = to_gpu(w.q, DType::kFP8E4M3);
-  dev.set_block_scale(to_gpu(w.scale, DType::kF32));
-  return dev;
-}
-
-// The activation quantisation the GPU applies, emulated: per token and 128-group along K,
-// scale = amax / 448 (1 for an all-zero group), x ≈ e4m3(x / scale) · scale.
-Tensor emulate_act_quant(const Tensor& x) {
-  const int64_t T = x.dim(0), K = x.dim(1);
-  Tensor r = Tensor::empty(x.shape(), DType::kF32, MemTag::kActivation);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k0 = 0; k0 < K; k0 += 128) {
-      const int64_t k1 = std::min(K, k0 + 128);
-      float amax = 0.0f;
-      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(f(x)[t * K + k]));
-      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
-      for (int64_t k = k0; k < k1; ++k)
-        f(r)[t * K + k] = fp8e4m3_to_f32(f32_to_fp8e4m3(f(x)[t * K + k] / s)) * s;
-    }
-  return r;
 }
 
 TEST(LinearCuda, Fp8BlockScaledMatchesCpu) {

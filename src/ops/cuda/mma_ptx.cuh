@@ -1,5 +1,6 @@
-// Inline PTX shared by the tensor-core kernels (attention, DSA indexer): shared-memory
-// addressing, cp.async with zero fill, ldmatrix and the bf16 m16n8k16 MMA (fp32 accumulators).
+// Inline PTX shared by the tensor-core kernels (attention, DSA indexer, FP8 GEMMs): shared-memory
+// addressing, cp.async with zero fill, ldmatrix, the bf16 m16n8k16 and the e4m3 m16n8k32 MMAs
+// (fp32 accumulators).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -47,6 +48,16 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a · b for a 16×32 e4m3 A fragment (a0..a3) and a 32×8 B fragment (b0, b1).
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 }  // namespace mls::ops::cuda::kernels

@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "core/cuda_allocator.h"
 #include "core/cuda_context.h"
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/copy.h"
 
@@ -74,6 +76,76 @@ inline double rel_l2(const Tensor& a, const Tensor& b) {
     den += static_cast<double>(b.data<float>()[i]) * b.data<float>()[i];
   }
   return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Host f32 values rounded through bf16, as the GPU sees them.
+inline Tensor round_bf16(const Tensor& t) {
+  Tensor r = Tensor::empty(t.shape(), DType::kF32, MemTag::kActivation);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    r.data<float>()[i] = bf16_to_f32(f32_to_bf16(t.data<float>()[i]));
+  return r;
+}
+
+// A block-FP8 weight as a checkpoint stores it: e4m3 values and one f32 scale per 128x128 block
+// (amax / 448, like DeepSeek's weight_scale_inv), plus its dequantised f32 value.
+struct Fp8Weight {
+  Tensor q;      // host e4m3 [out, in]
+  Tensor scale;  // host f32 [ceil(out/128), ceil(in/128)]
+  Tensor deq;    // host f32 [out, in]
+};
+
+inline Fp8Weight make_fp8_weight(int64_t out, int64_t in, uint32_t seed) {
+  Tensor w = random_cpu({out, in}, seed, 0.05f);
+  float* fw = w.data<float>();
+  const int64_t NB = (out + 127) / 128, KB = (in + 127) / 128;
+  // Blocks of very different magnitudes, so a scale applied to the wrong block shows.
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j)
+      fw[i * in + j] *= std::ldexp(1.0f, static_cast<int>((i / 128 * 3 + j / 128 * 5) % 7) - 3);
+  Fp8Weight r{Tensor::empty({out, in}, DType::kFP8E4M3, MemTag::kWeights),
+              Tensor::empty({NB, KB}, DType::kF32, MemTag::kWeights),
+              Tensor::empty({out, in}, DType::kF32, MemTag::kWeights)};
+  for (int64_t bi = 0; bi < NB; ++bi)
+    for (int64_t bj = 0; bj < KB; ++bj) {
+      float amax = 0.0f;
+      for (int64_t i = bi * 128; i < std::min(out, bi * 128 + 128); ++i)
+        for (int64_t j = bj * 128; j < std::min(in, bj * 128 + 128); ++j)
+          amax = std::max(amax, std::fabs(fw[i * in + j]));
+      const float s = amax / 448.0f;
+      r.scale.data<float>()[bi * KB + bj] = s;
+      for (int64_t i = bi * 128; i < std::min(out, bi * 128 + 128); ++i)
+        for (int64_t j = bj * 128; j < std::min(in, bj * 128 + 128); ++j) {
+          const uint8_t q = f32_to_fp8e4m3(fw[i * in + j] / s);
+          r.q.data<uint8_t>()[i * in + j] = q;
+          r.deq.data<float>()[i * in + j] = fp8e4m3_to_f32(q) * s;
+        }
+    }
+  return r;
+}
+
+inline Tensor upload_fp8(const Fp8Weight& w) {
+  Tensor dev = to_gpu(w.q, DType::kFP8E4M3);
+  dev.set_block_scale(to_gpu(w.scale, DType::kF32));
+  return dev;
+}
+
+// The activation quantisation the GPU applies, emulated: per token and 128-group along K,
+// scale = amax / 448 (1 for an all-zero group), x ≈ e4m3(x / scale) · scale.
+inline Tensor emulate_act_quant(const Tensor& x) {
+  const int64_t T = x.dim(0), K = x.dim(1);
+  Tensor r = Tensor::empty(x.shape(), DType::kF32, MemTag::kActivation);
+  const float* fx = x.data<float>();
+  float* fr = r.data<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k0 = 0; k0 < K; k0 += 128) {
+      const int64_t k1 = std::min(K, k0 + 128);
+      float amax = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(fx[t * K + k]));
+      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+      for (int64_t k = k0; k < k1; ++k)
+        fr[t * K + k] = fp8e4m3_to_f32(f32_to_fp8e4m3(fx[t * K + k] / s)) * s;
+    }
+  return r;
 }
 
 }  // namespace mls::ops::test

@@ -1,0 +1,94 @@
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
+#include "core/cuda_context.h"
+#include "ops/cuda/fp8_quant_kernels.h"
+#include "ops/cuda/moe_fp8_kernels.h"
+#include "ops/cuda/moe_kernels.h"
+#include "ops/moe_experts.h"
+
+namespace mls::ops::cuda {
+
+void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
+                     const ExpertShapes& s, Tensor& h, Tensor& y) {
+  const int64_t R = x.dim(0), H = s.hidden, I = s.inter, E = offsets.numel() - 1;
+  if (x.ndim() != 2 || x.dim(1) != H || h.ndim() != 2 || h.dim(0) != R || h.dim(1) != I ||
+      y.ndim() != 2 || y.dim(0) != R || y.dim(1) != H || table.ndim() != 2 ||
+      table.dim(0) != kExpertTableRows || table.dim(1) != E || E < 1 ||
+      E > kernels::kMoeMaxExperts || H % 16 != 0 || I % 16 != 0 || x.stride(1) != 1 ||
+      h.stride(1) != 1 || y.stride(1) != 1 || !table.is_contiguous() || !offsets.is_contiguous())
+    raise<ShapeError>(
+        "moe_experts_fp8: x {} h {} y {} table {} offsets {} (hidden {}, inter {}: multiples of "
+        "16)",
+        x.str(), h.str(), y.str(), table.str(), offsets.str(), H, I);
+  if (x.dtype() != DType::kBF16 || h.dtype() != DType::kBF16 || y.dtype() != DType::kBF16 ||
+      table.dtype() != DType::kI64 || offsets.dtype() != DType::kI32)
+    raise<ShapeError>(
+        "moe_experts_fp8: x, h, y bf16 ({}, {}, {}), table i64 ({}), offsets i32 ({})", x.str(),
+        h.str(), y.str(), table.str(), offsets.str());
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &offsets, &table, &h, &y})
+    if (t->device().is_cpu() || t->device() != y.device())
+      raise<ShapeError>("moe_experts_fp8: {} is on {}, y on {}: all must be on one GPU", t->str(),
+                        t->device().str(), y.device().str());
+  if (R == 0) return;
+  const cudaStream_t stream = mls::cuda::stream();
+  // The scratch of scratch::moe_experts_fp8_bytes, in its order.
+  Tensor buf = Tensor::empty({scratch::moe_experts_fp8_bytes(R, H, I, E)}, DType::kFP8E4M3,
+                             MemTag::kWorkspace, mls::cuda::allocator());
+  uint8_t* base = buf.data<uint8_t>();
+  const int64_t ldx = scratch::round_up(H, 16), ldh = scratch::round_up(I, 16);
+  uint8_t* xq = base;
+  float* xs = reinterpret_cast<float*>(xq + R * ldx);
+  uint8_t* hq = base + scratch::round_up(scratch::fp8_act_bytes(R, H), 256);
+  float* hs = reinterpret_cast<float*>(hq + R * ldh);
+  auto* active =
+      reinterpret_cast<int32_t*>(hq + scratch::round_up(scratch::fp8_act_bytes(R, I), 256));
+  const auto* rows = table.data<int64_t>();
+  const auto* addr = reinterpret_cast<const uint64_t*>(rows);
+  const int max_active = static_cast<int>(std::min<int64_t>(E, R));
+
+  mls::cuda::check(kernels::launch_moe_active_experts(offsets.data<int32_t>(), static_cast<int>(E),
+                                                      active, stream),
+                   "moe_experts_fp8: active experts");
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(x.raw(), x.stride(0), R, H, ldx, R, xq, xs, stream),
+      "moe_experts_fp8: quantise rows");
+  kernels::MoeFp8GemmArgs a{.w1 = addr + kGate * E,
+                            .s1 = addr + kGateScale * E,
+                            .w2 = addr + kUp * E,
+                            .s2 = addr + kUpScale * E,
+                            .sw_ld = s.gate_up_scale_ld,
+                            .xq = xq,
+                            .ldq = ldx,
+                            .x_scale = xs,
+                            .x_scale_ld = R,
+                            .offsets = offsets.data<int32_t>(),
+                            .active = active,
+                            .max_active = max_active,
+                            .y = h.raw(),
+                            .ldy = h.stride(0),
+                            .N = I,
+                            .K = H,
+                            .gated = true};
+  mls::cuda::check(kernels::launch_moe_fp8_gemm(a, stream), "moe_experts_fp8: gate and up");
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(h.raw(), h.stride(0), R, I, ldh, R, hq, hs, stream),
+      "moe_experts_fp8: quantise SwiGLU outputs");
+  a.w1 = addr + kDown * E;
+  a.s1 = addr + kDownScale * E;
+  a.w2 = nullptr;
+  a.s2 = nullptr;
+  a.sw_ld = s.down_scale_ld;
+  a.xq = hq;
+  a.ldq = ldh;
+  a.x_scale = hs;
+  a.y = y.raw();
+  a.ldy = y.stride(0);
+  a.N = H;
+  a.K = I;
+  a.gated = false;
+  mls::cuda::check(kernels::launch_moe_fp8_gemm(a, stream), "moe_experts_fp8: down");
+}
+
+}  // namespace mls::ops::cuda

@@ -1,0 +1,45 @@
+// Launchers for the grouped block-FP8 expert GEMMs (moe_fp8_kernels.cu): every routed expert of
+// a MoE layer in one launch per projection, each expert's rows read from the device-side
+// offsets of ops::moe_align, so a decode step never waits on the host for expert counts.
+// Included by nvcc: no project header with fmt.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mls::ops::cuda::kernels {
+
+// active[0] = the number of experts with rows, active[1 ..] = their ids in ascending order, from
+// offsets [E + 1]. One CTA; E <= 1024.
+cudaError_t launch_moe_active_experts(const int32_t* offsets, int E, int32_t* active,
+                                      cudaStream_t stream);
+
+// y[r, n] for each row r of expert e (offsets[e] <= r < offsets[e + 1]) and n < N:
+//   plain:  Σ_kb sx[r, kb] · s1_e[n/128, kb] · Σ_{k in kb} xq[r, k] · w1_e[n, k]
+//   gated:  silu(the same with w1_e) · (the same with w2_e)   (SwiGLU: w1 gate, w2 up)
+// fp32 throughout, bf16 out. w*_e: e4m3 [N, K] contiguous at the address table[e]; s*_e: f32
+// block scales [ceil(N/128), ·] with row stride sw_ld. xq/x_scale as written by
+// launch_quantize_fp8_act with t_lead = the number of rows (x_scale[kb · x_scale_ld + r]).
+// A row's result depends on that row alone (batch invariant).
+struct MoeFp8GemmArgs {
+  const uint64_t* w1;
+  const uint64_t* s1;
+  const uint64_t* w2;  // gated only
+  const uint64_t* s2;
+  int64_t sw_ld;
+  const uint8_t* xq;
+  int64_t ldq;
+  const float* x_scale;
+  int64_t x_scale_ld;
+  const int32_t* offsets;
+  const int32_t* active;  // from launch_moe_active_experts
+  int max_active;         // host bound on active[0]: min(E, rows)
+  void* y;                // bf16 [rows, ldy]
+  int64_t ldy;
+  int64_t N, K;
+  bool gated;
+};
+cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
+
+}  // namespace mls::ops::cuda::kernels

@@ -1,0 +1,61 @@
+// The routed experts' SwiGLU MLPs over the permuted rows of ops::moe_align, for block-FP8
+// experts on the GPU: one launch per projection for all experts (gate·up with SiLU fused, then
+// down), each expert's rows read from the device-side offsets, so a step never waits on the
+// host for expert counts and launches no per-expert work. Rows are quantised to e4m3 per token
+// group of 128 on the way, as ops::linear does for FP8 weights.
+#pragma once
+
+#include "ops/dispatch.h"
+
+namespace mls::ops {
+
+// Device addresses of every expert's weights and block scales, built once at load: i64 [6, E],
+// rows gate, gate scales, up, up scales, down, down scales.
+enum ExpertTableRow : int64_t {
+  kGate = 0,
+  kGateScale,
+  kUp,
+  kUpScale,
+  kDown,
+  kDownScale,
+  kExpertTableRows
+};
+
+struct ExpertShapes {
+  int64_t hidden = 0, inter = 0;
+  // Row strides of the gate/up and the down block scales (every expert alike).
+  int64_t gate_up_scale_ld = 0, down_scale_ld = 0;
+};
+
+namespace cuda {
+void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
+                     const ExpertShapes& s, Tensor& h, Tensor& y);
+}  // namespace cuda
+
+// Whether a step of `pairs` (token, expert) rows takes the grouped path (table: defined when
+// the layer's experts qualified at load).
+inline bool moe_experts_grouped(const Tensor& table, int64_t pairs) {
+  return table.defined() && pairs <= scratch::kMoeGroupedMaxPairs;
+}
+
+// x: bf16 [R, hidden], the permuted rows; offsets: i32 [E + 1] (ops::moe_align); h: bf16
+// [R, inter] (the SwiGLU outputs, caller-owned); y: bf16 [R, hidden], row r = expert(r)'s MLP of
+// x[r]. Rows past offsets[E] (dropped pairs) are left as they are.
+inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
+                            const ExpertShapes& s, Tensor& h, Tensor& y) {
+  if (is_meta(y)) {
+    if (!y.device().is_cpu() && x.dim(0) > 0)
+      trace_scratch(
+          y, {{{scratch::moe_experts_fp8_bytes(x.dim(0), s.hidden, s.inter, offsets.numel() - 1),
+                DType::kFP8E4M3, MemTag::kWorkspace},
+               {}}});
+    return;
+  }
+#ifdef MLASERVE_CUDA
+  if (!y.device().is_cpu()) return cuda::moe_experts_fp8(x, offsets, table, s, h, y);
+#endif
+  raise<Unsupported>("moe_experts_fp8 runs FP8 experts on a GPU; {} is on {}", y.str(),
+                     y.device().str());
+}
+
+}  // namespace mls::ops

@@ -9,10 +9,10 @@ namespace {
 
 TEST(Allocator, TracksPeaksPerTag) {
   CpuAllocator a;
-  void* w = a.allocate(1000, MemTag::kWeights);
-  void* x = a.allocate(500, MemTag::kActivation);
+  Allocation w = a.allocate(1000, MemTag::kWeights);
+  Allocation x = a.allocate(500, MemTag::kActivation);
   a.deallocate(x, 500, MemTag::kActivation);
-  void* y = a.allocate(200, MemTag::kActivation);
+  Allocation y = a.allocate(200, MemTag::kActivation);
   MemStats s = a.stats();
   EXPECT_EQ(s.cur(MemTag::kWeights), 1000);
   EXPECT_EQ(s.cur(MemTag::kActivation), 200);
@@ -28,7 +28,7 @@ TEST(Allocator, TracksPeaksPerTag) {
 TEST(Allocator, LimitThrowsAndLeavesCountsUnchanged) {
   CpuAllocator a;
   a.set_limit(100);
-  void* p = a.allocate(64, MemTag::kKv);
+  Allocation p = a.allocate(64, MemTag::kKv);
   EXPECT_THROW(a.allocate(64, MemTag::kActivation), OutOfMemory);
   EXPECT_EQ(a.stats().current_total, 64);
   a.deallocate(p, 64, MemTag::kKv);
@@ -37,8 +37,8 @@ TEST(Allocator, LimitThrowsAndLeavesCountsUnchanged) {
 TEST(Allocator, MetaModeCountsWithoutMemory) {
   CpuAllocator a;
   a.set_meta(true);
-  void* p = a.allocate(size_t{1} << 40, MemTag::kActivation);
-  EXPECT_EQ(p, nullptr);
+  Allocation p = a.allocate(size_t{1} << 40, MemTag::kActivation);
+  EXPECT_EQ(p.ptr, nullptr);
   EXPECT_EQ(a.stats().pk(MemTag::kActivation), int64_t{1} << 40);
   a.deallocate(p, size_t{1} << 40, MemTag::kActivation);
   EXPECT_EQ(a.stats().current_total, 0);

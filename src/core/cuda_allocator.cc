@@ -33,6 +33,10 @@ CudaAllocator::CudaAllocator(int device) : device_(device) {
               "cudaMemPoolSetAttribute");
 }
 
+CudaAllocator::~CudaAllocator() {
+  release_step_workspace();
+}
+
 void* CudaAllocator::raw_allocate(size_t bytes) {
   void* p = nullptr;
   cudaError_t e = cudaMallocAsync(&p, bytes, stream_for(device_));

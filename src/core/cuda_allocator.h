@@ -11,6 +11,7 @@ namespace mls {
 class CudaAllocator final : public Allocator {
  public:
   explicit CudaAllocator(int device);
+  ~CudaAllocator() override;
   Device device() const override { return Device::cuda(device_); }
   // Bytes the pool holds from the driver, in use or cached (>= the tracked current total).
   int64_t reserved_bytes() const;

@@ -41,13 +41,13 @@ std::string Shape::str() const {
 
 struct Tensor::Buffer {
   Allocator* alloc;
-  void* ptr;
+  Allocation mem;
   size_t bytes;
   MemTag tag;
-  Buffer(Allocator* a, void* p, size_t n, MemTag t) : alloc(a), ptr(p), bytes(n), tag(t) {}
+  Buffer(Allocator* a, Allocation m, size_t n, MemTag t) : alloc(a), mem(m), bytes(n), tag(t) {}
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { alloc->deallocate(ptr, bytes, tag); }
+  ~Buffer() { alloc->deallocate(mem, bytes, tag); }
 };
 
 static std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s) {
@@ -68,9 +68,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, MemTag tag, Allocator& all
   t.dtype_set_ = true;
   t.device_ = alloc.device();
   const size_t bytes = t.nbytes();
-  void* p = alloc.allocate(bytes, tag);
-  t.buf_ = std::make_shared<Buffer>(&alloc, p, bytes, tag);
-  t.data_ = p;
+  const Allocation m = alloc.allocate(bytes, tag);
+  t.buf_ = std::make_shared<Buffer>(&alloc, m, bytes, tag);
+  t.data_ = m.ptr;
   return t;
 }
 

@@ -93,6 +93,21 @@ std::vector<ProfileStep> worst_case_steps(const ServingLimits& l, int64_t cache_
   return steps;
 }
 
+std::vector<ProfileStep> profile_steps(const ServingLimits& l, int64_t cache_blocks) {
+  std::vector<ProfileStep> steps = worst_case_steps(l, cache_blocks);
+  for (int64_t n = 1; n < l.max_num_batched_tokens; n *= 2) {
+    ServingLimits fewer = l;
+    fewer.max_num_batched_tokens = n;
+    steps.push_back({"prefill sweep", std::move(worst_case_steps(fewer, cache_blocks)[0].batch)});
+  }
+  for (int64_t n = 1; n < std::min(l.max_num_seqs, l.max_num_batched_tokens); n *= 2) {
+    ServingLimits fewer = l;
+    fewer.max_num_seqs = n;
+    steps.push_back({"decode sweep", std::move(worst_case_steps(fewer, cache_blocks)[1].batch)});
+  }
+  return steps;
+}
+
 MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
                        const PlanBudget& budget, ProfileMode mode) {
   const io::ModelConfig& c = runner.config();
@@ -110,18 +125,27 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
   const bool traced_runner = runner.allocator(0).meta();  // a runner built with meta weights
   if (traced_runner && !meta) raise<InvalidArgument>("a meta runner can only profile in meta mode");
   runner.set_meta(meta);
+  // No step workspace while profiling: the arena places every step's allocations unbounded and
+  // measures what the workspace must hold.
+  runner.reserve_step_workspaces(std::vector<int64_t>(tp, 0));
   const int64_t cache_blocks = prefill_blocks(limits);
   runner.allocate_kv_cache(cache_blocks, limits.block_size);
-  std::vector<std::vector<int64_t>> peaks(tp);
-  for (const ProfileStep& step : worst_case_steps(limits, cache_blocks)) {
+  std::vector<std::vector<int64_t>> workspace(tp);
+  std::vector<int64_t> comm(tp, 0), peak(tp, 0);
+  for (const ProfileStep& step : profile_steps(limits, cache_blocks)) {
     // The device-sampling path: the forward, then the draw on rank 0's device.
     const std::vector<ops::RowSampling> rows(step.batch.num_logit_rows());
     runner.reset_peaks();
     runner.forward_sample(step.batch, rows);
-    // The step's high-water mark over what stays allocated after it (weights, the cache, and
-    // the GEMM workspace a real run takes at its first GEMM).
+    // The step's arena high-water mark, the communicator buffers it took and freed, and the
+    // high-water mark of all it allocated over what stays allocated after it (weights, the
+    // cache, the GEMM workspace, the communicators' lasting buffers).
     const std::vector<MemStats> after = runner.memory_stats();
-    for (int r = 0; r < tp; ++r) peaks[r].push_back(after[r].peak_total - after[r].current_total);
+    for (int r = 0; r < tp; ++r) {
+      workspace[r].push_back(after[r].step_high_water);
+      comm[r] = std::max(comm[r], after[r].pk(MemTag::kComm) - after[r].cur(MemTag::kComm));
+      peak[r] = std::max(peak[r], after[r].peak_total - after[r].current_total);
+    }
   }
   const std::vector<MemStats> stats = runner.memory_stats();
   const bool gpu = !runner.device().is_cpu();
@@ -134,10 +158,12 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
   for (int r = 0; r < tp; ++r) {
     RankPlan rp;
     rp.weights_bytes = stats[r].cur(MemTag::kWeights);
-    rp.prefill_peak_bytes = peaks[r][0];
-    rp.decode_peak_bytes = peaks[r][1];
-    rp.long_chunk_peak_bytes = peaks[r][2];
-    rp.step_peak_bytes = *std::max_element(peaks[r].begin(), peaks[r].end());
+    rp.prefill_workspace_bytes = workspace[r][0];
+    rp.decode_workspace_bytes = workspace[r][1];
+    rp.long_chunk_workspace_bytes = workspace[r][2];
+    rp.step_workspace_bytes = *std::max_element(workspace[r].begin(), workspace[r].end());
+    rp.step_comm_bytes = comm[r];
+    rp.step_peak_bytes = peak[r];
     rp.gemm_workspace_bytes = ops::linear_workspace_bytes(runner.device());
     rp.untracked_bytes = gpu && traced_runner ? kCudaContextAllowanceBytes : untracked[r];
     rp.kv_bytes_per_token = KvCache::bytes_per_token(c, activation_dtype(runner.device()));
@@ -145,8 +171,8 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
         budget.kv_cache_memory_bytes
             ? *budget.kv_cache_memory_bytes
             : static_cast<int64_t>(static_cast<double>(budget.device_bytes) * budget.utilization) -
-                  rp.weights_bytes - rp.step_peak_bytes - rp.gemm_workspace_bytes -
-                  rp.untracked_bytes - plan.safety_margin_bytes;
+                  rp.weights_bytes - rp.step_workspace_bytes - rp.step_comm_bytes -
+                  rp.gemm_workspace_bytes - rp.untracked_bytes - plan.safety_margin_bytes;
     rp.num_blocks =
         std::max<int64_t>(0, rp.kv_budget_bytes / (rp.kv_bytes_per_token * limits.block_size));
     plan.num_blocks = std::min(plan.num_blocks, rp.num_blocks);
@@ -158,11 +184,12 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
   if (plan.kv_tokens < plan.limits.max_model_len) {
     const RankPlan& r0 = plan.ranks[0];
     const std::string budget_line = fmt::format(
-        "(Per rank: budget {:.2f} GiB = {:.0f}% of {:.2f} GiB − weights {:.2f} GiB − peak step "
-        "{:.2f} GiB − GEMM workspace {:.2f} GiB − untracked {:.2f} GiB − margin {:.2f} GiB.)",
+        "(Per rank: budget {:.2f} GiB = {:.0f}% of {:.2f} GiB − weights {:.2f} GiB − step "
+        "workspace {:.2f} GiB − step collectives {:.2f} GiB − GEMM workspace {:.2f} GiB − "
+        "untracked {:.2f} GiB − margin {:.2f} GiB.)",
         r0.kv_budget_bytes / kGiB, budget.utilization * 100, budget.device_bytes / kGiB,
-        r0.weights_bytes / kGiB, r0.step_peak_bytes / kGiB, r0.gemm_workspace_bytes / kGiB,
-        r0.untracked_bytes / kGiB, plan.safety_margin_bytes / kGiB);
+        r0.weights_bytes / kGiB, r0.step_workspace_bytes / kGiB, r0.step_comm_bytes / kGiB,
+        r0.gemm_workspace_bytes / kGiB, r0.untracked_bytes / kGiB, plan.safety_margin_bytes / kGiB);
     if (requested.max_model_len > 0 || plan.kv_tokens == 0)
       raise<InvalidArgument>(
           "the KV cache holds {} tokens ({} blocks of {}), fewer than one max_model_len request "
@@ -186,13 +213,17 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
 void apply_plan(ModelRunner& runner, const MemoryPlan& plan) {
   runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
   runner.set_planned_limits(plan.limits);
+  std::vector<int64_t> workspaces;
+  for (const RankPlan& p : plan.ranks) workspaces.push_back(p.step_workspace_bytes);
+  runner.reserve_step_workspaces(workspaces);
   const std::vector<MemStats> stats = runner.memory_stats();
   std::vector<int64_t> limits;
   for (int r = 0; r < runner.tp_size(); ++r) {
     const RankPlan& p = plan.ranks[r];
-    // A real GPU profile left the GEMM workspace allocated: it is counted once.
+    // A real GPU rank holds the GEMM workspace since start-up (a meta one never): counted once.
+    // A step's arena allocations stay within its workspace; its collectives take the rest.
     limits.push_back(stats[r].current_total - stats[r].cur(MemTag::kWorkspace) +
-                     p.gemm_workspace_bytes + p.step_peak_bytes);
+                     p.gemm_workspace_bytes + p.step_workspace_bytes + p.step_comm_bytes);
   }
   runner.set_memory_limits(limits);
 }
@@ -201,9 +232,11 @@ nlohmann::json MemoryPlan::to_json() const {
   nlohmann::json rs = nlohmann::json::array();
   for (const RankPlan& r : ranks)
     rs.push_back({{"weights_bytes", r.weights_bytes},
-                  {"prefill_peak_bytes", r.prefill_peak_bytes},
-                  {"decode_peak_bytes", r.decode_peak_bytes},
-                  {"long_chunk_peak_bytes", r.long_chunk_peak_bytes},
+                  {"prefill_workspace_bytes", r.prefill_workspace_bytes},
+                  {"decode_workspace_bytes", r.decode_workspace_bytes},
+                  {"long_chunk_workspace_bytes", r.long_chunk_workspace_bytes},
+                  {"step_workspace_bytes", r.step_workspace_bytes},
+                  {"step_comm_bytes", r.step_comm_bytes},
                   {"step_peak_bytes", r.step_peak_bytes},
                   {"gemm_workspace_bytes", r.gemm_workspace_bytes},
                   {"untracked_bytes", r.untracked_bytes},
@@ -227,12 +260,13 @@ std::string MemoryPlan::report() const {
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankPlan& p = ranks[r];
     out += fmt::format(
-        "rank {}: weights {:.3f} GiB, peak step {:.3f} GiB (prefill {:.3f}, decode {:.3f}, long "
-        "chunk {:.3f}), GEMM workspace {:.3f} GiB, untracked {:.3f} GiB, KV {} bytes/token (MLA "
-        "latent replicated on every rank)\n",
-        r, p.weights_bytes / kGiB, p.step_peak_bytes / kGiB, p.prefill_peak_bytes / kGiB,
-        p.decode_peak_bytes / kGiB, p.long_chunk_peak_bytes / kGiB, p.gemm_workspace_bytes / kGiB,
-        p.untracked_bytes / kGiB, p.kv_bytes_per_token);
+        "rank {}: weights {:.3f} GiB, step workspace {:.3f} GiB ({} bytes; prefill {:.3f}, "
+        "decode {:.3f}, long chunk {:.3f}), step collectives {:.3f} GiB, GEMM workspace {:.3f} "
+        "GiB, untracked {:.3f} GiB, KV {} bytes/token (MLA latent replicated on every rank)\n",
+        r, p.weights_bytes / kGiB, p.step_workspace_bytes / kGiB, p.step_workspace_bytes,
+        p.prefill_workspace_bytes / kGiB, p.decode_workspace_bytes / kGiB,
+        p.long_chunk_workspace_bytes / kGiB, p.step_comm_bytes / kGiB,
+        p.gemm_workspace_bytes / kGiB, p.untracked_bytes / kGiB, p.kv_bytes_per_token);
   }
   const RankPlan& r0 = ranks[0];
   out += fmt::format("Available KV cache memory: {:.2f} GiB\n", r0.kv_budget_bytes / kGiB);

@@ -33,11 +33,19 @@ inline constexpr int64_t kCudaContextAllowanceBytes = int64_t{1} << 30;
 
 struct RankPlan {
   int64_t weights_bytes = 0;  // tag weights
-  // High-water mark of each worst-case step over what the rank holds between steps (activations,
-  // op scratch, collective buffers, step tables), and the largest: what any step may take.
-  int64_t prefill_peak_bytes = 0;
-  int64_t decode_peak_bytes = 0;
-  int64_t long_chunk_peak_bytes = 0;
+  // The step-arena high-water mark of each worst-case step: the bytes its activations and op
+  // scratch need in the step workspace (core/step_arena.h).
+  int64_t prefill_workspace_bytes = 0;
+  int64_t decode_workspace_bytes = 0;
+  int64_t long_chunk_workspace_bytes = 0;
+  // The step workspace: the largest high-water mark over every profiled step (the worst-case
+  // steps and the sweep of smaller ones, profile_steps): the one region, reserved once by
+  // apply_plan, that every serving step's activations and op scratch live in.
+  int64_t step_workspace_bytes = 0;
+  // Communicator buffers a step takes and frees again (outside the workspace), the largest.
+  int64_t step_comm_bytes = 0;
+  // The largest high-water mark of all a step allocates over what the rank holds between steps
+  // (<= step_workspace_bytes + step_comm_bytes).
   int64_t step_peak_bytes = 0;
   int64_t gemm_workspace_bytes = 0;  // the GEMM library's per-rank workspace
   // Device memory outside the tracked allocator: measured after a real GPU profile, the stated
@@ -75,6 +83,11 @@ struct ProfileStep {
   ForwardBatch batch;
 };
 std::vector<ProfileStep> worst_case_steps(const ServingLimits& limits, int64_t cache_blocks);
+// What the planner profiles: the worst-case steps, then, for every power of two n below the
+// limits, a fresh prefill of n tokens (spread as the worst one) and n decodes at max_model_len − 1
+// context. The step workspace is the largest high-water mark over all of them
+// (docs/memory-planning.md "The step workspace" says why smaller steps are profiled too).
+std::vector<ProfileStep> profile_steps(const ServingLimits& limits, int64_t cache_blocks);
 // Blocks the prefill step needs (the profile's cache size).
 int64_t prefill_blocks(const ServingLimits& limits);
 
@@ -85,10 +98,11 @@ int64_t prefill_blocks(const ServingLimits& limits);
 MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& limits, const PlanBudget& budget,
                        ProfileMode mode);
 
-// Allocates plan.num_blocks KV blocks on every rank, records the plan's limits on the runner
-// (an engine with other limits is refused) and caps each rank's allocator at what the plan
-// accounted for: a serving step that would allocate past the plan fails with OutOfMemory
-// naming the tag — a planner bug caught at the allocation, failing that step only.
+// Allocates plan.num_blocks KV blocks and reserves the step workspace on every rank, records
+// the plan's limits on the runner (an engine with other limits is refused) and caps each rank's
+// allocator at what the plan accounted for: a serving step that would allocate past the plan
+// (or past its step workspace) fails with OutOfMemory naming the tag — a planner bug caught at
+// the allocation, failing that step only.
 void apply_plan(ModelRunner& runner, const MemoryPlan& plan);
 
 // Available host memory (MemAvailable), the CPU device's default budget.

@@ -74,10 +74,16 @@ TEST(MemoryPlanner, MetaEqualsRealToTheByte) {
           const RankPlan &a = real.ranks[r], &b = meta.ranks[r];
           const std::string at = fmt::format("{} tp{} sp{} rank {}", f, tp, sp, r);
           EXPECT_EQ(a.weights_bytes, b.weights_bytes) << at;
-          EXPECT_EQ(a.prefill_peak_bytes, b.prefill_peak_bytes) << at;
-          EXPECT_EQ(a.decode_peak_bytes, b.decode_peak_bytes) << at;
-          EXPECT_EQ(a.long_chunk_peak_bytes, b.long_chunk_peak_bytes) << at;
-          EXPECT_GT(b.decode_peak_bytes, 0) << at;
+          EXPECT_EQ(a.prefill_workspace_bytes, b.prefill_workspace_bytes) << at;
+          EXPECT_EQ(a.decode_workspace_bytes, b.decode_workspace_bytes) << at;
+          EXPECT_EQ(a.long_chunk_workspace_bytes, b.long_chunk_workspace_bytes) << at;
+          EXPECT_EQ(a.step_workspace_bytes, b.step_workspace_bytes) << at;
+          EXPECT_EQ(a.step_comm_bytes, b.step_comm_bytes) << at;
+          EXPECT_EQ(a.step_peak_bytes, b.step_peak_bytes) << at;
+          EXPECT_GT(b.decode_workspace_bytes, 0) << at;
+          // Everything a step allocates above what the rank holds fits the workspace (its
+          // activations and scratch) and its collectives' buffers.
+          EXPECT_GE(b.step_workspace_bytes + b.step_comm_bytes, b.step_peak_bytes) << at;
         }
         EXPECT_EQ(real.num_blocks, meta.num_blocks);
         ++cases;
@@ -199,7 +205,7 @@ TEST(MemoryPlanner, Glm5ShapedTp8SequenceParallelPlansInMetaMode) {
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
     // Twice the tokens, at most twice the peak (plus the fixed part): no [heads, T, T] score
     // tensor exists, attention is tiled.
-    EXPECT_LT(plan.ranks[r].prefill_peak_bytes, 2 * half.ranks[r].prefill_peak_bytes)
+    EXPECT_LT(plan.ranks[r].prefill_workspace_bytes, 2 * half.ranks[r].prefill_workspace_bytes)
         << "attention must stay tiled";
   }
   std::printf("%s", plan.report().c_str());
@@ -243,7 +249,7 @@ TEST(MemoryPlanner, PlansAGpuWithoutOne) {
   // indexer's fp32 scores of 256 rows over the 32k keys are GPU scratch the step holds (the
   // CPU's plan has none).
   EXPECT_EQ(ops::scratch::attention_splits(256, 64, 1, 512, 2048).floats, 0);
-  EXPECT_GT(p.decode_peak_bytes, ops::scratch::indexer_scratch_floats(256, 32768, 2048) * 4);
+  EXPECT_GT(p.decode_workspace_bytes, ops::scratch::indexer_scratch_floats(256, 32768, 2048) * 4);
   std::printf("%s", plan.report().c_str());
 }
 
@@ -299,15 +305,157 @@ TEST(MemoryPlanner, GpuMetaEqualsRealToTheByte) {
         const RankPlan &a = real.ranks[r], &b = meta.ranks[r];
         const std::string at = fmt::format("{} tp{} sp{} rank {}", c.model, c.tp, sp, r);
         EXPECT_EQ(a.weights_bytes, b.weights_bytes) << at;
-        EXPECT_EQ(a.prefill_peak_bytes, b.prefill_peak_bytes) << at;
-        EXPECT_EQ(a.decode_peak_bytes, b.decode_peak_bytes) << at;
-        EXPECT_EQ(a.long_chunk_peak_bytes, b.long_chunk_peak_bytes) << at;
+        EXPECT_EQ(a.prefill_workspace_bytes, b.prefill_workspace_bytes) << at;
+        EXPECT_EQ(a.decode_workspace_bytes, b.decode_workspace_bytes) << at;
+        EXPECT_EQ(a.long_chunk_workspace_bytes, b.long_chunk_workspace_bytes) << at;
         EXPECT_EQ(a.gemm_workspace_bytes, b.gemm_workspace_bytes) << at;
-        std::printf("%s: peak step %lld bytes (real = meta), untracked %lld measured\n", at.c_str(),
-                    static_cast<long long>(a.step_peak_bytes),
-                    static_cast<long long>(a.untracked_bytes));
+        EXPECT_EQ(a.step_workspace_bytes, b.step_workspace_bytes) << at;
+        // Collective buffers are not compared: a meta runner traces the in-process
+        // communicator's, a GPU runner with shared ranks takes the device communicator's.
+        std::printf(
+            "%s: step workspace %lld bytes (real = meta), step collectives %lld real / %lld "
+            "meta, untracked %lld measured\n",
+            at.c_str(), static_cast<long long>(a.step_workspace_bytes),
+            static_cast<long long>(a.step_comm_bytes), static_cast<long long>(b.step_comm_bytes),
+            static_cast<long long>(a.untracked_bytes));
       }
     }
+}
+
+// Every rank's step-arena offsets of one step, in allocation order.
+std::vector<std::vector<int64_t>> step_offsets(ModelRunner& runner, const ForwardBatch& batch) {
+  for (int r = 0; r < runner.tp_size(); ++r) runner.allocator(r).record_step_offsets(true);
+  runner.forward_sample(batch, std::vector<ops::RowSampling>(batch.num_logit_rows()));
+  std::vector<std::vector<int64_t>> out;
+  for (int r = 0; r < runner.tp_size(); ++r) {
+    out.push_back(runner.allocator(r).recorded_step_offsets());
+    runner.allocator(r).record_step_offsets(false);
+  }
+  return out;
+}
+
+// What CUDA graph replay needs: inside the planned step workspace, two identical steps place
+// every allocation at the same address, and meta mode places it where the real step does.
+void expect_fixed_addresses(const RunnerOptions& options) {
+  ModelRunner runner(options);
+  const ServingLimits limits{
+      .max_num_batched_tokens = 96, .max_num_seqs = 8, .max_model_len = 256, .block_size = 16};
+  const MemoryPlan plan = plan_memory(runner, limits,
+                                      {.device_bytes = int64_t{8} << 30,
+                                       .utilization = 0.5,
+                                       .kv_cache_memory_bytes = int64_t{1} << 26},
+                                      ProfileMode::kReal);
+  apply_plan(runner, plan);
+  for (int r = 0; r < runner.tp_size(); ++r)
+    EXPECT_EQ(runner.allocator(r).stats().step_workspace, plan.ranks[r].step_workspace_bytes);
+  const std::vector<ProfileStep> steps = worst_case_steps(plan.limits, plan.num_blocks);
+  for (const ProfileStep& step : steps) {
+    const auto first = step_offsets(runner, step.batch);
+    const auto second = step_offsets(runner, step.batch);
+    runner.set_meta(true);  // with a cache of sizes only, as a meta profile has
+    runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
+    const auto traced = step_offsets(runner, step.batch);
+    runner.set_meta(false);
+    runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
+    for (int r = 0; r < runner.tp_size(); ++r) {
+      EXPECT_GT(first[r].size(), 10u) << step.name;
+      EXPECT_EQ(first[r], second[r]) << step.name << " rank " << r;
+      EXPECT_EQ(first[r], traced[r]) << step.name << " rank " << r;
+    }
+  }
+}
+
+TEST(MemoryPlanner, IdenticalStepsGetIdenticalAddresses) {
+  for (const char* f : {"tiny-glm5", "tiny-dsv3-fp8"})
+    expect_fixed_addresses(
+        {.model = kData + "/" + f, .tensor_parallel_size = 2, .sequence_parallel = true});
+}
+
+TEST(MemoryPlanner, GpuIdenticalStepsGetIdenticalAddresses) {
+#ifdef MLASERVE_CUDA_RUNTIME
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device here";
+#else
+  GTEST_SKIP() << "no CUDA device here";
+#endif
+  for (const char* f : {"tiny-glm5", "tiny-dsv3-fp8"})
+    expect_fixed_addresses({.model = kData + "/" + f,
+                            .tensor_parallel_size = 2,
+                            .sequence_parallel = true,
+                            .device = Device::cuda(0),
+                            .ranks_per_device = 2});
+}
+
+// Random steps within the limits — prefill chunks at any offset, decodes at any context, mixed,
+// small ones as often as large ones — all run inside the planned step workspace (a step past
+// it would throw OutOfMemory). Placement is the same in meta mode (tested above), so shapes
+// are run in meta mode: a GPU layout is checked without a GPU.
+void expect_random_steps_fit(const RunnerOptions& options, const ServingLimits& limits,
+                             int num_steps) {
+  ModelRunner runner(options);
+  const std::string at = options.model.filename().string() + " on " + options.device.str();
+  const MemoryPlan plan =
+      plan_memory(runner, limits,
+                  {.device_bytes = int64_t{141} << 30,
+                   .utilization = 0.9,
+                   // a meta runner holds sizes only
+                   .kv_cache_memory_bytes = int64_t{1} << (options.meta ? 32 : 26)},
+                  ProfileMode::kMeta);
+  apply_plan(runner, plan);
+  runner.set_meta(true);
+  runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
+  std::mt19937 g(5);
+  const int64_t blocks = plan.num_blocks, bs = limits.block_size;
+  const int tp = runner.tp_size();
+  int64_t largest = 0;
+  for (int i = 0; i < num_steps; ++i) {
+    ForwardBatch b;
+    int64_t budget = 1 + g() % (i % 2 ? limits.max_num_batched_tokens : 64);
+    const int64_t seqs = 1 + g() % std::min<int64_t>(limits.max_num_seqs, budget);
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int64_t left = seqs - s - 1;
+      const int64_t n = s + 1 == seqs ? budget : 1 + g() % (budget - left);
+      const int64_t cached = g() % (limits.max_model_len - n + 1);
+      budget -= n;
+      std::vector<int32_t> table((cached + n + bs - 1) / bs);
+      for (auto& t : table) t = static_cast<int32_t>(g() % blocks);
+      b.seqs.push_back({.num_cached = cached,
+                        .num_new = n,
+                        .block_table = std::move(table),
+                        .prompt_len = cached + n});
+      b.token_ids.insert(b.token_ids.end(), n, 3);
+    }
+    runner.reset_peaks();
+    runner.forward_sample(b, std::vector<ops::RowSampling>(b.num_logit_rows()));
+    for (int r = 0; r < tp; ++r) {
+      const int64_t hw = runner.allocator(r).stats().step_high_water;
+      EXPECT_LE(hw, plan.ranks[r].step_workspace_bytes) << at << " step " << i;
+      largest = std::max(largest, hw);
+    }
+  }
+  EXPECT_GT(largest, plan.ranks[0].step_workspace_bytes / 2) << at;
+}
+
+TEST(MemoryPlanner, RandomStepsStayInsideThePlannedWorkspace) {
+  const ServingLimits limits{
+      .max_num_batched_tokens = 90, .max_num_seqs = 7, .max_model_len = 300, .block_size = 16};
+  for (const char* f : {"tiny-dsv32", "tiny-glm5-fp8"})
+    expect_random_steps_fit(
+        {.model = kData + "/" + f, .tensor_parallel_size = 2, .sequence_parallel = true}, limits,
+        300);
+  // The GPU's layout and scratch (FP8 paths switching with the token count, attention splits,
+  // indexer row groups, MoE alignment) at the GLM-5 shape and the seed's limits.
+  expect_random_steps_fit({.model = std::string(MLASERVE_SOURCE_DIR) + "/bench/models/glm5-shaped",
+                           .load_format = LoadFormat::kDummy,
+                           .tensor_parallel_size = 8,
+                           .sequence_parallel = true,
+                           .device = Device::cuda(0),
+                           .ranks_per_device = 8,
+                           .meta = true},
+                          {.max_num_batched_tokens = 8192,
+                           .max_num_seqs = 256,
+                           .max_model_len = 16384,
+                           .block_size = 64},
+                          200);
 }
 
 // After planning, the worst steps serving can produce never pass the profiled peak, and a pool
@@ -343,7 +491,10 @@ TEST(MemoryPlanner, StressNeverPassesTheProfiledPeak) {
   const int64_t between_steps = runner.allocator(0).stats().current_total;
   while (engine.step()) {
   }
-  EXPECT_LE(runner.allocator(0).stats().peak_total - between_steps, plan.ranks[0].step_peak_bytes);
+  const RankPlan& p = plan.ranks[0];
+  EXPECT_LE(runner.allocator(0).stats().step_high_water, p.step_workspace_bytes);
+  EXPECT_LE(runner.allocator(0).stats().peak_total - between_steps,
+            p.step_workspace_bytes + p.step_comm_bytes);
   EXPECT_GT(engine.stats().num_preemptions, 0) << "the pool should have been exhausted";
   EXPECT_EQ(engine.stats().finished_requests, 24);
   EXPECT_EQ(failed, 0);

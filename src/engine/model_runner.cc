@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "ops/copy.h"
+#include "ops/linear.h"
 #include "parallel/in_process_communicator.h"
 #include "parallel/world.h"
 #ifdef MLASERVE_MPI
@@ -163,6 +164,8 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
   try {
     const auto t0 = std::chrono::steady_clock::now();
     run_on_all_ranks([&](Rank& r) {
+      // The GEMM library's lifetime workspace, taken now: no step allocates it lazily.
+      if (!r.traced) ops::take_linear_workspace(r.device);
       LoadOptions lo;
       lo.format = opts.load_format;
       lo.parallel = {tp, r.index, comms_[r.index - first_rank_].get(), opts.sequence_parallel};
@@ -254,6 +257,9 @@ void ModelRunner::follow() {
         break;
       case RunnerOp::kUntrackedBytes:
         untracked_device_bytes();
+        break;
+      case RunnerOp::kReserveStepWorkspace:
+        reserve_step_workspaces(a);
         break;
       case RunnerOp::kStop:
         return;
@@ -357,6 +363,14 @@ void ModelRunner::set_memory_limits(const std::vector<int64_t>& bytes) {
   for (auto& r : ranks_) r->alloc->set_limit(bytes[r->index]);
 }
 
+void ModelRunner::reserve_step_workspaces(const std::vector<int64_t>& bytes) {
+  if (static_cast<int>(bytes.size()) != tp_size_)
+    raise<InternalError>("{} step workspaces for {} ranks", bytes.size(), tp_size_);
+  broadcast(RunnerOp::kReserveStepWorkspace, bytes);
+  // On the rank's thread: a GPU region comes from the rank's stream like its steps' memory.
+  run_on_all_ranks([&](Rank& r) { r.alloc->reserve_step_workspace(bytes[r.index]); });
+}
+
 void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   broadcast(RunnerOp::kAllocateKv, {num_blocks, block_size});
   run_on_all_ranks([&](Rank& r) {
@@ -386,25 +400,28 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
   broadcast(RunnerOp::kForward, {}, &batch, observer != nullptr);
   run_on_all_ranks(
       [&](Rank& r) {
-        // Every rank observes when rank 0 does: under sequence parallelism an observed tensor is
-        // gathered from all ranks' shards, a collective every rank must join.
-        const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
-        Tensor logits =
-            r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
-        if (r.index == 0) finish(r, logits);
+        // Everything the step allocates lives in the rank's step workspace and is gone when the
+        // scope closes (allocator.h).
+        Allocator::StepScope scope(*r.alloc);
+        {
+          // Every rank observes when rank 0 does: under sequence parallelism an observed tensor
+          // is gathered from all ranks' shards, a collective every rank must join.
+          const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
+          Tensor logits =
+              r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
+          if (r.index == 0) finish(r, logits);
+        }
+        scope.close();
       },
       "the forward step");
 }
 
 Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {
   Tensor result;
-  step(batch, observer, [&](Rank& r, Tensor& logits) {
+  step(batch, observer, [&](Rank&, Tensor& logits) {
     if (!logits.raw()) return;  // meta: nothing comes back
-    if (r.device.is_cpu()) {
-      result = std::move(logits);
-      return;
-    }
-    // Device logits come back to host memory (the engine samples on the host).
+    // The logits come back to memory of their own (the engine samples on the host): the
+    // step's workspace is the next step's.
     result = Tensor::empty(logits.shape(), DType::kF32, MemTag::kActivation, default_allocator());
     ops::copy(logits, result);
   });

@@ -70,6 +70,10 @@ class ModelRunner {
   void reset_peaks();
   void set_meta(bool on);
   void set_memory_limits(const std::vector<int64_t>& bytes);
+  // Reserves each rank's step workspace (one size per rank; 0 releases it): every later step's
+  // activations and op scratch are placed inside it (core/step_arena.h), at the same addresses
+  // for the same step.
+  void reserve_step_workspaces(const std::vector<int64_t>& bytes);
 
   // The world's leader process drives the runner; a follower calls follow() after
   // construction, which runs the leader's calls on this process's ranks until the leader's

@@ -14,15 +14,16 @@
 namespace mls {
 
 enum class RunnerOp : uint8_t {
-  kForward,         // batch, observe
-  kAllocateKv,      // args {num_blocks, block_size}
-  kReleaseKv,       //
-  kSetMeta,         // args {on}
-  kResetPeaks,      //
-  kMemoryStats,     // followers answer with their ranks' MemStats (gathered)
-  kSetLimits,       // args: one allocator limit per rank of the group
-  kUntrackedBytes,  // followers answer with their ranks' untracked device bytes (gathered)
-  kStop,            // the leader's runner is gone: followers return from follow()
+  kForward,               // batch, observe
+  kAllocateKv,            // args {num_blocks, block_size}
+  kReleaseKv,             //
+  kSetMeta,               // args {on}
+  kResetPeaks,            //
+  kMemoryStats,           // followers answer with their ranks' MemStats (gathered)
+  kSetLimits,             // args: one allocator limit per rank of the group
+  kUntrackedBytes,        // followers answer with their ranks' untracked device bytes (gathered)
+  kReserveStepWorkspace,  // args: one step workspace size per rank of the group
+  kStop,                  // the leader's runner is gone: followers return from follow()
 };
 
 struct RunnerCommand {

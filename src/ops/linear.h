@@ -14,6 +14,7 @@ void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
 namespace cuda {
 void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
+void take_linear_workspace();
 }  // namespace cuda
 
 // Device scratch of one call: with an FP8 W, the quantised activations and their scales, and
@@ -38,9 +39,20 @@ inline void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
 }
 
 // Bytes a rank's GEMM library holds as workspace on `device` for its whole life (tag workspace,
-// taken at its first GEMM).
+// taken by take_linear_workspace).
 inline int64_t linear_workspace_bytes(Device device) {
   return device.is_cpu() ? 0 : scratch::kGemmWorkspaceBytes;
+}
+
+// Takes the calling rank thread's GEMM workspace (linear_workspace_bytes) from its allocator now:
+// a rank does at start-up, outside any step, so that no step allocates it at its first GEMM.
+inline void take_linear_workspace(Device device) {
+  if (device.is_cpu()) return;
+#ifdef MLASERVE_CUDA
+  cuda::take_linear_workspace();
+#else
+  raise<Unsupported>("take_linear_workspace: this build has no CUDA backend");
+#endif
 }
 
 }  // namespace mls::ops

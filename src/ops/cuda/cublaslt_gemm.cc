@@ -311,6 +311,10 @@ void tune(State& st, Plan& plan, const LtLinear& p) {
 
 }  // namespace
 
+void lt_prepare() {
+  state();
+}
+
 bool lt_linear_supported(const LtLinear& p) {
   State& st = state();
   return !plan_for(st, p).candidates.empty();

@@ -1,7 +1,8 @@
 // cuBLASLt behind the linear ops. Each GPU thread (rank) has, per device, one cuBLASLt handle,
 // one GEMM workspace allocated once from mls::cuda::allocator() (MemTag::kWorkspace, kept for the
-// thread's life) and a cache from the full problem description to its matmul descriptor, layouts
-// and chosen algorithm, so the heuristic query runs once per shape rather than per call.
+// thread's life; lt_prepare takes it at rank start-up, outside any step) and a cache from the full
+// problem description to its matmul descriptor, layouts and chosen algorithm, so the heuristic
+// query runs once per shape rather than per call.
 #pragma once
 
 #include <library_types.h>
@@ -32,6 +33,10 @@ struct LtLinear {
   const float* x_scale = nullptr;
   const float* w_scale = nullptr;
 };
+
+// Creates this thread's cuBLASLt handle and workspace now (a rank does at start-up, so that no
+// step allocates them lazily: a step's allocations live in its fixed workspace).
+void lt_prepare();
 
 // Whether cuBLASLt has an algorithm for this problem (queried once per problem and cached).
 bool lt_linear_supported(const LtLinear& p);

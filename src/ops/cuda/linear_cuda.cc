@@ -126,6 +126,10 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
 
 }  // namespace
 
+void take_linear_workspace() {
+  lt_prepare();
+}
+
 void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   if (x.ndim() != 2 || w.ndim() != 2 || y.ndim() != 2 || x.dim(1) != w.dim(1) ||
       y.dim(0) != x.dim(0) || y.dim(1) != w.dim(0) || x.stride(1) != 1 || y.stride(1) != 1 ||

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "ops/linear.h"
 
 namespace mls {
 
@@ -202,8 +203,8 @@ class WeightLoader {
 
   void fill(const WeightSpec& spec) const {
     Tensor& dest = *spec.dest;
-    if (!dest.raw()) return;  // meta allocator: sizes only
     if (dest.dtype() == DType::kFP8E4M3) return fill_fp8(spec);
+    if (!dest.raw()) return;  // meta allocator: sizes only
     const int64_t rows = spec.local_shape[0];
     const int64_t read_rows = spec.rows.len < 0 ? rows : spec.rows.len;
     // A padded vocabulary tail (rows past read_rows) stays zero.
@@ -230,6 +231,10 @@ class WeightLoader {
     const io::Slice srows{spec.rows.start / 128, (rows + 127) / 128};
     const io::Slice scols{spec.cols.start / 128, (cols + 127) / 128};
     Tensor scale = Tensor::empty({srows.len, scols.len}, DType::kF32, MemTag::kWeights, alloc_);
+    if (!dest.raw()) {  // meta allocator: sizes only, the scales' included
+      dest.set_block_scale(std::move(scale));
+      return ops::attach_padded_block_scale(dest, alloc_);
+    }
     if (format_ == LoadFormat::kDummy) {
       // Codes uniform in [-1, 1], one scale per block: values in [-a, a] as the bf16 dummy.
       ops::UniformFill codes = dummy_fill(spec);
@@ -249,6 +254,8 @@ class WeightLoader {
       ops::copy(Tensor::wrap(s.data(), scale.shape(), DType::kF32), scale);
     }
     dest.set_block_scale(std::move(scale));
+    // cuBLASLt's padded layout, once, here rather than in every GEMM.
+    ops::attach_padded_block_scale(dest, alloc_);
   }
 
   const io::ModelConfig& c_;

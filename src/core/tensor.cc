@@ -193,4 +193,8 @@ void Tensor::set_block_scale(Tensor scale) {
   scale_ = std::make_shared<const Tensor>(std::move(scale));
 }
 
+void Tensor::set_padded_block_scale(Tensor scale) {
+  padded_scale_ = std::make_shared<const Tensor>(std::move(scale));
+}
+
 }  // namespace mls

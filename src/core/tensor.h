@@ -85,6 +85,11 @@ class Tensor {
   // with the weight so that a GEMM sees both; null for any other tensor. Views share it.
   const Tensor* block_scale() const { return scale_.get(); }
   void set_block_scale(Tensor scale);
+  // The same scales with each row padded to a multiple of 4 floats (the layout cuBLASLt's
+  // 128x128 block scaling reads), made once at load where that differs (ops/linear.h); null
+  // otherwise. Views share it.
+  const Tensor* padded_block_scale() const { return padded_scale_.get(); }
+  void set_padded_block_scale(Tensor scale);
 
  private:
   struct Buffer;
@@ -98,6 +103,7 @@ class Tensor {
   bool dtype_set_ = false;
   Device device_;
   std::shared_ptr<const Tensor> scale_;
+  std::shared_ptr<const Tensor> padded_scale_;
 };
 
 }  // namespace mls

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "ops/linear.h"
 #include "ops/moe_experts.h"
 
 namespace mls {
@@ -231,9 +232,11 @@ class WeightLoader {
     const io::Slice srows{spec.rows.start / 128, (rows + 127) / 128};
     const io::Slice scols{spec.cols.start / 128, (cols + 127) / 128};
     Tensor scale = Tensor::empty({srows.len, scols.len}, DType::kF32, MemTag::kWeights, alloc_);
-    if (!dest.raw()) {
-      // Meta allocator: the scales are counted like the codes, nothing is read.
-    } else if (format_ == LoadFormat::kDummy) {
+    if (!dest.raw()) {  // meta allocator: sizes only, the scales' included
+      dest.set_block_scale(std::move(scale));
+      return ops::attach_padded_block_scale(dest, alloc_);
+    }
+    if (format_ == LoadFormat::kDummy) {
       // Codes uniform in [-1, 1], one scale per block: values in [-a, a] as the bf16 dummy.
       ops::UniformFill codes = dummy_fill(spec);
       const float a = codes.bound;
@@ -252,6 +255,8 @@ class WeightLoader {
       ops::copy(Tensor::wrap(s.data(), scale.shape(), DType::kF32), scale);
     }
     dest.set_block_scale(std::move(scale));
+    // cuBLASLt's padded layout, once, here rather than in every GEMM.
+    ops::attach_padded_block_scale(dest, alloc_);
   }
 
   const io::ModelConfig& c_;

@@ -15,15 +15,39 @@ namespace cuda {
 void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
 void take_linear_workspace();
+void pad_block_scale(const Tensor& scale, Tensor& padded);
 }  // namespace cuda
 
-// Device scratch of one call: with an FP8 W, the quantised activations and their scales, and
-// the weight's padded block scales when cuBLASLt takes the step (ops/scratch_sizes.h).
+// Device scratch of one call: with an FP8 W, the quantised activations and their scales
+// (ops/scratch_sizes.h).
 inline ScratchPlan linear_scratch(const Tensor& x, const Tensor& w) {
   if (w.dtype() != DType::kFP8E4M3) return {};
-  const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
-  return {{{scratch::fp8_act_bytes(T, K), DType::kFP8E4M3, MemTag::kWorkspace},
-           {scratch::fp8_padded_scale_floats(T, N, K), DType::kF32, MemTag::kWorkspace}}};
+  return {{{scratch::fp8_act_bytes(x.dim(0), w.dim(1)), DType::kFP8E4M3, MemTag::kWorkspace}}};
+}
+
+// cuBLASLt's block-scaled GEMM reads a weight's 128x128 block scales with each row padded to a
+// multiple of 4 floats, and takes only whole 128-wide K blocks: for a block-FP8 W [N, K] with K
+// a multiple of 128 whose ceil(K/128) is not a multiple of 4, the weight keeps a padded copy
+// (Tensor::padded_block_scale), made once at load.
+inline bool fp8_scale_rows_padded(int64_t K) {
+  return K % 128 == 0 && (K / 128) % 4 != 0;
+}
+
+// Attaches that padded copy to an FP8 weight `w` on a GPU (tag weights, from `alloc`); a meta
+// allocator takes its size only.
+inline void attach_padded_block_scale(Tensor& w, Allocator& alloc) {
+  const Tensor* scale = w.block_scale();
+  if (w.dtype() != DType::kFP8E4M3 || !scale || !fp8_scale_rows_padded(w.dim(1))) return;
+  Tensor padded = Tensor::empty({scale->dim(0), scratch::round_up(scale->dim(1), 4)}, DType::kF32,
+                                MemTag::kWeights, alloc);
+  if (padded.raw()) {
+#ifdef MLASERVE_CUDA
+    cuda::pad_block_scale(*scale, padded);
+#else
+    raise<Unsupported>("attach_padded_block_scale: this build has no CUDA backend");
+#endif
+  }
+  w.set_padded_block_scale(std::move(padded));
 }
 
 // accumulate: y += x·Wᵀ instead of y = x·Wᵀ.

@@ -63,19 +63,14 @@ constexpr int64_t indexer_scratch_floats(int64_t T, int64_t key_bound, int64_t t
 
 // --- block-FP8 linear -----------------------------------------------------------------------
 // Activations quantised per token in groups of 128 (e4m3 rows padded to 16 bytes, then the f32
-// group scales), and, when cuBLASLt's block-scaled GEMM takes the step, the weight's block
-// scales with rows padded to a multiple of 4.
+// group scales). (The weight's block scales in cuBLASLt's padded layout are made once at load:
+// ops/linear.h, fp8_scale_rows_padded.)
 constexpr int64_t fp8_act_bytes(int64_t T, int64_t K) {
   return T * round_up(K, 16) + (K + 127) / 128 * T * 4;
 }
 // Which token counts go to cuBLASLt (measured on the H200, see ops/cuda/linear_cuda.cc).
 constexpr bool fp8_cublaslt_tokens(int64_t T) {
   return T > 32 || (T > 8 && T % 4 == 0);
-}
-constexpr int64_t fp8_padded_scale_floats(int64_t T, int64_t N, int64_t K) {
-  const int64_t KB = (K + 127) / 128;
-  if (!fp8_cublaslt_tokens(T) || K % 128 != 0 || KB % 4 == 0) return 0;
-  return (N + 127) / 128 * round_up(KB, 4);
 }
 
 // --- MoE alignment --------------------------------------------------------------------------

@@ -46,20 +46,24 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     raise<Unsupported>("linear: FP8 W {} writes bf16 output, got y {}", w.str(), y.str());
   const cudaStream_t stream = mls::cuda::stream();
   Allocator& alloc = mls::cuda::allocator();
-  // The scratch of ops::linear_scratch, in its order. The quantised activations and their
-  // scales share one allocation (the scales 16-byte aligned after the e4m3 rows, whose stride
-  // is a multiple of 16).
+  // The scratch of ops::linear_scratch. The quantised activations and their scales share one
+  // allocation (the scales 16-byte aligned after the e4m3 rows, whose stride is a multiple of
+  // 16).
   Tensor qbuf =
       Tensor::empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3, MemTag::kWorkspace, alloc);
   uint8_t* q = qbuf.data<uint8_t>();
   float* xs = reinterpret_cast<float*>(q + T * ldq);
-  // cuBLASLt wants each row of 128x128 block scales padded to a multiple of 4 floats; the
-  // checkpoint rows are ceil(K/128) long, so only K not a multiple of 512 needs the copy, on the
-  // steps cuBLASLt may take.
-  const int64_t padded_floats = scratch::fp8_padded_scale_floats(T, N, K);
-  Tensor padded;
-  if (padded_floats > 0)
-    padded = Tensor::empty({padded_floats}, DType::kF32, MemTag::kWorkspace, alloc);
+  // cuBLASLt (whole 128-wide K blocks only) wants each row of 128x128 block scales padded to a
+  // multiple of 4 floats: the checkpoint rows are ceil(K/128) long, so a K whose block count is
+  // not a multiple of 4 reads the copy padded at load (ops::attach_padded_block_scale).
+  const Tensor* lt_scale = fp8_scale_rows_padded(K) ? w.padded_block_scale() : &scale;
+  if (K % 128 == 0 &&
+      (!lt_scale || lt_scale->dim(0) != NB || lt_scale->dim(1) != scratch::round_up(KB, 4) ||
+       !lt_scale->is_contiguous() || lt_scale->device() != w.device()))
+    raise<ShapeError>(
+        "linear: FP8 W {} needs its block scales padded to [{}, {}] on {} (made at load), got {}",
+        w.str(), NB, scratch::round_up(KB, 4), w.device().str(),
+        lt_scale ? lt_scale->str() : std::string("none"));
 
   // cuBLASLt's block-scaled GEMM (weights BLK128x128, activations VEC128) needs whole 128-wide
   // K blocks and a token count divisible by 4 (it has no algorithm otherwise): it takes the
@@ -79,23 +83,14 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
              .accumulate = accumulate,
              .block_scaled = true,
              .x_scale = xs,
-             .w_scale = scale.data<float>()};
+             .w_scale = lt_scale->data<float>()};
   // Which FP8 linears run cuBLASLt's block-scaled GEMM (its leading multiple of 4 tokens; ours
   // takes the rest) rather than only our weight-streaming kernel: scratch::fp8_cublaslt_tokens,
   // measured on the H200 at GLM-5 shapes (ours is faster up to 8 tokens, they are even up to 16
   // with cuBLASLt ahead on large weights, and above that cuBLASLt wins clearly; a token count
   // that is not a multiple of 4 costs the cuBLASLt route a second weight pass for the tail,
   // which only pays past 32 tokens).
-  if (scratch::fp8_cublaslt_tokens(T) && K % 128 == 0 && lt_linear_supported(p)) {
-    t_lead = p.m;
-    if (padded_floats > 0) {
-      mls::cuda::check(
-          kernels::launch_pad_scale_rows(scale.data<float>(), NB, KB, scratch::round_up(KB, 4),
-                                         padded.data<float>(), stream),
-          "linear: pad FP8 weight scales");
-      p.w_scale = padded.data<float>();
-    }
-  }
+  if (scratch::fp8_cublaslt_tokens(T) && K % 128 == 0 && lt_linear_supported(p)) t_lead = p.m;
   mls::cuda::check(
       kernels::launch_quantize_fp8_act(x.raw(), lead(x, T, K), T, K, ldq, t_lead, q, xs, stream),
       "linear: FP8 activation quantisation");
@@ -128,6 +123,17 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
 
 void take_linear_workspace() {
   lt_prepare();
+}
+
+void pad_block_scale(const Tensor& scale, Tensor& padded) {
+  if (scale.dtype() != DType::kF32 || padded.dtype() != DType::kF32 || scale.ndim() != 2 ||
+      padded.ndim() != 2 || !scale.is_contiguous() || !padded.is_contiguous() ||
+      padded.dim(0) != scale.dim(0) || padded.dim(1) < scale.dim(1))
+    raise<ShapeError>("pad_block_scale: {} into {}", scale.str(), padded.str());
+  mls::cuda::check(
+      kernels::launch_pad_scale_rows(scale.data<float>(), scale.dim(0), scale.dim(1), padded.dim(1),
+                                     padded.data<float>(), mls::cuda::stream()),
+      "pad FP8 weight scales");
 }
 
 void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {

@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/copy.h"
+#include "ops/linear.h"
 
 namespace mls::ops::test {
 
@@ -126,6 +127,7 @@ inline Fp8Weight make_fp8_weight(int64_t out, int64_t in, uint32_t seed) {
 inline Tensor upload_fp8(const Fp8Weight& w) {
   Tensor dev = to_gpu(w.q, DType::kFP8E4M3);
   dev.set_block_scale(to_gpu(w.scale, DType::kF32));
+  ops::attach_padded_block_scale(dev, ::mls::cuda::allocator());  // as the loader does
   return dev;
 }
 

@@ -244,28 +244,28 @@ void mask_cost(benchmark::State& state, std::shared_ptr<const Vocabulary> (*make
 }  // namespace
 
 BENCHMARK_CAPTURE(mask_cost, demo_nested, demo_vocab, 0)
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, demo_enums, demo_vocab, 1)
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, demo_arrays, demo_vocab, 2)
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, demo_anyOf, demo_vocab, 3)
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, v154880_nested, synthetic_vocab, 0)
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, v154880_enums, synthetic_vocab, 1)
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, v154880_arrays, synthetic_vocab, 2)
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, v154880_anyOf, synthetic_vocab, 3)
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace mls::grammar

@@ -71,6 +71,10 @@ int32_t CompiledGrammar::intern(std::vector<Stack> stacks) {
   const auto id = static_cast<int32_t>(states_.size());
   State st;
   st.accepting = stacks.front().empty();
+  for (const Stack& s : stacks)
+    if (!s.empty()) st.tops.push_back(s.back());
+  std::sort(st.tops.begin(), st.tops.end());
+  st.tops.erase(std::unique(st.tops.begin(), st.tops.end()), st.tops.end());
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
   trans_.resize(trans_.size() + 256, kUnknown);
@@ -137,7 +141,7 @@ const CompiledGrammar::TopUnion& CompiledGrammar::top_union(const std::vector<in
   if (it != top_unions_.end()) return it->second;
   TopUnion u;
   u.accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
-  for (int32_t p : tops) classes_.accepted(p).add_to(u.accepted, vocab_->matchable_mask());
+  for (int32_t p : tops) classes_.accepted(p).add_to(u.accepted);
   for (int32_t p : tops)
     for (int32_t t : classes_.context_dependent(p))
       if (!((u.accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u)) u.dependent.push_back(t);
@@ -155,13 +159,8 @@ const CompiledGrammar::TopUnion& CompiledGrammar::top_union(const std::vector<in
 }
 
 void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> mask) {
-  std::vector<int32_t> tops;
-  for (const Stack& s : states_[state].stacks)
-    if (!s.empty()) tops.push_back(s.back());
-  std::sort(tops.begin(), tops.end());
-  tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
   TopUnion scratch;
-  const TopUnion& u = top_union(tops, scratch);
+  const TopUnion& u = top_union(states_[state].tops, scratch);
   std::memcpy(mask.data(), u.accepted.data(), mask.size() * sizeof(uint32_t));
   // A context-dependent token goes through the DFA (next_locked may grow states_) only until
   // the classification at the reached state's tops decides its rest. path[d] is the state after
@@ -201,9 +200,8 @@ void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> mask) {
 TokenClassification::Verdict CompiledGrammar::rest_verdict(int32_t state, std::string_view rest) {
   using V = TokenClassification::Verdict;
   V out = V::kRejected;
-  for (const Stack& st : states_[state].stacks) {
-    if (st.empty()) continue;
-    const V v = classes_.classify(st.back(), rest);
+  for (int32_t p : states_[state].tops) {
+    const V v = classes_.classify(p, rest);
     if (v == V::kAccepted) return v;
     if (v == V::kContextDependent) out = v;
   }

@@ -61,6 +61,7 @@ class CompiledGrammar {
   using Stack = std::vector<int32_t>;
   struct State {
     std::vector<Stack> stacks;  // sorted, distinct; an empty stack = accepting
+    std::vector<int32_t> tops;  // the non-empty stacks' tops, sorted, distinct
     bool accepting = false;
     std::vector<uint32_t> mask;  // empty until computed (and cached)
   };

@@ -1,4 +1,4 @@
-// Token sets in their three forms; the compile-time token classification: what it decides at one
+// Token sets in both forms; the compile-time token classification: what it decides at one
 // position (accepted, rejected, context-dependent), and the masks built from it equal the reference
 // mask (every token tried through the DFA) on the states of random walks, for JSON Schemas (nested,
 // enums, arrays, anyOf, length limits, recursion), JSON-object mode, a regex, a choice list and
@@ -16,8 +16,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// Each of the three forms (ids, complement, bitset) ORs exactly its tokens into a mask that
-// already holds others.
+// Both forms (ids, bitset) OR exactly their tokens into a mask that already holds others.
 TEST(TokenSet, EveryFormAddsExactlyItsTokens) {
   const auto v = test::random_vocab(2000, 3);
   std::vector<int32_t> matchable;
@@ -38,7 +37,7 @@ TEST(TokenSet, EveryFormAddsExactlyItsTokens) {
     for (int32_t t : ids) expected[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
     const TokenSet set(ids, *v);
     EXPECT_EQ(set.size(), n);
-    set.add_to(before, v->matchable_mask());
+    set.add_to(before);
     EXPECT_EQ(before, expected) << n << " tokens";
     EXPECT_LE(set.bytes(), static_cast<size_t>(v->mask_words()) * sizeof(uint32_t));
   }
@@ -72,7 +71,7 @@ item ::= "\"" [a-z]* "\""
                          std::vector<std::string_view> dependent,
                          std::vector<std::string_view> rejected) {
     std::vector<uint32_t> acc(static_cast<size_t>(v->mask_words()), 0u);
-    tc.accepted(pos).add_to(acc, v->matchable_mask());
+    tc.accepted(pos).add_to(acc);
     const auto& dep = tc.context_dependent(pos);
     const auto in_dep = [&](int32_t t) { return std::binary_search(dep.begin(), dep.end(), t); };
     for (std::string_view s : accepted) {

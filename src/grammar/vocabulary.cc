@@ -10,12 +10,9 @@ namespace mls::grammar {
 
 Vocabulary::Vocabulary(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
   std::vector<int32_t> ids;
-  matchable_.assign(static_cast<size_t>(mask_words()), 0u);
   for (size_t i = 0; i < tokens_.size(); ++i) {
     if (tokens_[i].bytes.empty()) tokens_[i].matchable = false;
-    if (!tokens_[i].matchable) continue;
-    ids.push_back(static_cast<int32_t>(i));
-    matchable_[i >> 5] |= 1u << (i & 31);
+    if (tokens_[i].matchable) ids.push_back(static_cast<int32_t>(i));
   }
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
     return tokens_[a].bytes < tokens_[b].bytes || (tokens_[a].bytes == tokens_[b].bytes && a < b);

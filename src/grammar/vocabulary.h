@@ -44,15 +44,11 @@ class Vocabulary {
   const std::vector<Node>& trie() const { return trie_; }
   const std::vector<int32_t>& token_ids() const { return trie_tokens_; }
   int max_depth() const { return max_depth_; }
-  // The matchable tokens as a mask (mask_words() words).
-  const std::vector<uint32_t>& matchable_mask() const { return matchable_; }
-  int64_t num_matchable() const { return static_cast<int64_t>(trie_tokens_.size()); }
 
  private:
   std::vector<Token> tokens_;
   std::vector<Node> trie_;
   std::vector<int32_t> trie_tokens_;
-  std::vector<uint32_t> matchable_;
   int max_depth_ = 0;
 };
 

@@ -8,7 +8,7 @@
 namespace mls::grammar {
 
 CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab)
-    : g_(std::move(g)), vocab_(std::move(vocab)) {
+    : g_(std::move(g)), vocab_(std::move(vocab)), classes_(g_, *vocab_) {
   std::vector<Stack> init;
   for (int32_t alt : g_.alternatives(g_.root())) {
     Stack s{alt};
@@ -71,6 +71,10 @@ int32_t CompiledGrammar::intern(std::vector<Stack> stacks) {
   const auto id = static_cast<int32_t>(states_.size());
   State st;
   st.accepting = stacks.front().empty();
+  for (const Stack& s : stacks)
+    if (!s.empty()) st.tops.push_back(s.back());
+  std::sort(st.tops.begin(), st.tops.end());
+  st.tops.erase(std::unique(st.tops.begin(), st.tops.end()), st.tops.end());
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
   trans_.resize(trans_.size() + 256, kUnknown);
@@ -117,17 +121,12 @@ bool CompiledGrammar::accepting(int32_t state) {
   return states_[state].accepting;
 }
 
+// Every byte set is non-empty and every stack can complete, so a state allows no further byte
+// exactly when its only stack is the empty one.
 bool CompiledGrammar::terminated(int32_t state) {
   std::lock_guard lock(mu_);
-  State* st = &states_[state];
-  if (st->terminated < 0) {
-    bool any = false;
-    for (int b = 0; b < 256 && !any; ++b)
-      any = next_locked(state, static_cast<uint8_t>(b)) != kDead;
-    st = &states_[state];
-    st->terminated = st->accepting && !any ? 1 : 0;
-  }
-  return st->terminated == 1;
+  const std::vector<Stack>& stacks = states_[state].stacks;
+  return stacks.size() == 1 && stacks[0].empty();
 }
 
 size_t CompiledGrammar::num_states() const {
@@ -135,29 +134,78 @@ size_t CompiledGrammar::num_states() const {
   return states_.size();
 }
 
-void CompiledGrammar::walk_trie(int32_t state, std::span<uint32_t> mask) {
-  std::fill(mask.begin(), mask.end(), 0u);
-  const auto& trie = vocab_->trie();
-  const auto& ids = vocab_->token_ids();
-  walk_stack_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
-  walk_stack_[0] = state;
-  const auto n = static_cast<int32_t>(trie.size());
-  for (int32_t i = 0; i < n;) {
-    const Vocabulary::Node& node = trie[i];
-    const int32_t from = walk_stack_[node.depth - 1];
-    int32_t to = trans_[static_cast<size_t>(from) * 256 + node.byte];
-    if (to == kUnknown) to = next_locked(from, node.byte);
-    if (to == kDead) {
-      i = node.subtree_end;
-      continue;
-    }
-    walk_stack_[node.depth] = to;
-    for (int32_t k = node.tokens_begin; k < node.tokens_end; ++k) {
-      const int32_t t = ids[k];
-      mask[t >> 5] |= 1u << (t & 31);
-    }
-    ++i;
+const CompiledGrammar::TopUnion& CompiledGrammar::top_union(const std::vector<int32_t>& tops,
+                                                            TopUnion& scratch) {
+  const std::string key(reinterpret_cast<const char*>(tops.data()), tops.size() * sizeof(int32_t));
+  const auto it = top_unions_.find(key);
+  if (it != top_unions_.end()) return it->second;
+  TopUnion u;
+  u.accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
+  for (int32_t p : tops) classes_.accepted(p).add_to(u.accepted);
+  for (int32_t p : tops)
+    for (int32_t t : classes_.context_dependent(p))
+      if (!((u.accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u)) u.dependent.push_back(t);
+  // By bytes, so that a walk shares the previous token's prefix; distinct.
+  std::sort(u.dependent.begin(), u.dependent.end(), [&](int32_t a, int32_t b) {
+    return vocab_->token(a).bytes < vocab_->token(b).bytes ||
+           (vocab_->token(a).bytes == vocab_->token(b).bytes && a < b);
+  });
+  u.dependent.erase(std::unique(u.dependent.begin(), u.dependent.end()), u.dependent.end());
+  if (top_unions_.size() >= kMaxTopUnions) {
+    scratch = std::move(u);
+    return scratch;
   }
+  return top_unions_.emplace(key, std::move(u)).first->second;
+}
+
+void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> mask) {
+  TopUnion scratch;
+  const TopUnion& u = top_union(states_[state].tops, scratch);
+  std::memcpy(mask.data(), u.accepted.data(), mask.size() * sizeof(uint32_t));
+  // A context-dependent token goes through the DFA (next_locked may grow states_) only until
+  // the classification at the reached state's tops decides its rest. path[d] is the state after
+  // d bytes of the previous token.
+  std::vector<int32_t> path{state};
+  const std::string* prev = nullptr;
+  for (int32_t t : u.dependent) {
+    const std::string& bytes = vocab_->token(t).bytes;
+    size_t common = 0;
+    if (prev)
+      while (common + 1 < path.size() && common < bytes.size() && (*prev)[common] == bytes[common])
+        ++common;
+    path.resize(common + 1);
+    prev = &bytes;
+    bool live = false;
+    for (size_t i = common;; ++i) {
+      const int32_t s = path[i];
+      if (s == kDead) break;
+      if (i == bytes.size()) {
+        live = true;
+        break;
+      }
+      if (i > 0) {
+        const TokenClassification::Verdict v = rest_verdict(s, std::string_view(bytes).substr(i));
+        if (v != TokenClassification::Verdict::kContextDependent) {
+          live = v == TokenClassification::Verdict::kAccepted;
+          break;
+        }
+      }
+      path.push_back(next_locked(s, static_cast<uint8_t>(bytes[i])));
+    }
+    if (live) mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+  }
+}
+
+// Accepted if some stack top accepts `rest`, rejected if every one rejects it.
+TokenClassification::Verdict CompiledGrammar::rest_verdict(int32_t state, std::string_view rest) {
+  using V = TokenClassification::Verdict;
+  V out = V::kRejected;
+  for (int32_t p : states_[state].tops) {
+    const V v = classes_.classify(p, rest);
+    if (v == V::kAccepted) return v;
+    if (v == V::kContextDependent) out = v;
+  }
+  return out;
 }
 
 void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> mask) {
@@ -169,7 +217,7 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> mask) {
     std::memcpy(mask.data(), cached.data(), mask.size() * sizeof(uint32_t));
     return;
   }
-  walk_trie(state, mask);
+  compute_mask(state, mask);
   if (cached_masks_ < kMaxCachedMasks) {
     states_[state].mask.assign(mask.begin(), mask.end());
     ++cached_masks_;

@@ -4,8 +4,10 @@
 // far is a complete sentence). States are interned, and per state the byte transitions and the
 // allowed-token mask are computed on first use and kept: a request's matcher is one state id, a
 // token advances it through a few table lookups, and a mask for a state seen before (by this or
-// any earlier request with the same grammar) is a copy. A new state's mask is one walk of the
-// vocabulary trie, pruned at the first byte that cannot follow.
+// any earlier request with the same grammar) is a copy. A new state's mask comes from the
+// token classification computed at construction (token_classification.h): the union of its
+// stack tops' accepted sets (kept per distinct set of tops), plus the few context-dependent
+// tokens that the DFA lets through.
 //
 // Thread-safe (one mutex): handler threads share compiled grammars through GrammarCompiler's
 // cache while the engine advances and masks. Bounded: past kMaxStates states or kMaxStacks
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "grammar/token_classification.h"
 #include "grammar/vocabulary.h"
 
 namespace mls::grammar {
@@ -32,6 +35,7 @@ class CompiledGrammar {
   static constexpr size_t kMaxStates = 1 << 17;
   static constexpr size_t kMaxStacks = 4096;
   static constexpr size_t kMaxCachedMasks = 1024;
+  static constexpr size_t kMaxTopUnions = 256;
 
   CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab);
 
@@ -51,13 +55,14 @@ class CompiledGrammar {
   void fill_mask(int32_t state, std::span<uint32_t> mask);
 
   size_t num_states() const;
+  const TokenClassification& classification() const { return classes_; }
 
  private:
   using Stack = std::vector<int32_t>;
   struct State {
     std::vector<Stack> stacks;  // sorted, distinct; an empty stack = accepting
+    std::vector<int32_t> tops;  // the non-empty stacks' tops, sorted, distinct
     bool accepting = false;
-    int8_t terminated = -1;      // -1: not computed yet
     std::vector<uint32_t> mask;  // empty until computed (and cached)
   };
   static constexpr int32_t kUnknown = -2;
@@ -65,16 +70,26 @@ class CompiledGrammar {
   void expand(Stack& stack, std::vector<Stack>& out) const;
   int32_t intern(std::vector<Stack> stacks);
   int32_t next_locked(int32_t state, uint8_t byte);
-  void walk_trie(int32_t state, std::span<uint32_t> mask);
+  // What a state's mask starts from, per distinct set of stack tops (states with different
+  // stacks below often share their tops: the same string rule at another nesting or count).
+  struct TopUnion {
+    std::vector<uint32_t> accepted;  // the tops' accepted sets, as a mask
+    std::vector<int32_t> dependent;  // their context-dependent tokens not accepted, by bytes
+  };
+  // Cached (at most kMaxTopUnions; past that built into `scratch`).
+  const TopUnion& top_union(const std::vector<int32_t>& tops, TopUnion& scratch);
+  void compute_mask(int32_t state, std::span<uint32_t> mask);
+  TokenClassification::Verdict rest_verdict(int32_t state, std::string_view rest);
 
   Grammar g_;
   std::shared_ptr<const Vocabulary> vocab_;
+  TokenClassification classes_;
   mutable std::mutex mu_;
   std::vector<State> states_;
   std::vector<int32_t> trans_;  // states × 256
   std::unordered_map<std::string, int32_t> ids_;
   size_t cached_masks_ = 0;
-  std::vector<int32_t> walk_stack_;
+  std::unordered_map<std::string, TopUnion> top_unions_;  // key: the sorted tops' bytes
 };
 
 }  // namespace mls::grammar

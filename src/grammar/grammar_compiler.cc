@@ -1,5 +1,7 @@
 #include "grammar/grammar_compiler.h"
 
+#include <fmt/format.h>
+
 #include "grammar/gbnf_parser.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema.h"
@@ -32,15 +34,23 @@ std::shared_ptr<CompiledGrammar> GrammarCompiler::cached(const std::string& key,
   return g;
 }
 
-std::shared_ptr<CompiledGrammar> GrammarCompiler::json_schema(
-    const nlohmann::ordered_json& schema) {
-  const std::string text = json_schema_gbnf(schema);
-  return cached("gbnf:" + text, [&] { return parse_gbnf(text); });
+std::shared_ptr<CompiledGrammar> GrammarCompiler::json(const std::string& gbnf,
+                                                       std::string_view whitespace_pattern) {
+  // The GBNF text keys the default whitespace, so that GBNF requests share it.
+  const std::string key =
+      whitespace_pattern.empty()
+          ? "gbnf:" + gbnf
+          : fmt::format("json:{}:{}{}", whitespace_pattern.size(), whitespace_pattern, gbnf);
+  return cached(key, [&] { return json_rules(gbnf, whitespace_pattern); });
 }
 
-std::shared_ptr<CompiledGrammar> GrammarCompiler::json_object() {
-  const std::string text = json_object_gbnf();
-  return cached("gbnf:" + text, [&] { return parse_gbnf(text); });
+std::shared_ptr<CompiledGrammar> GrammarCompiler::json_schema(const nlohmann::ordered_json& schema,
+                                                              std::string_view whitespace_pattern) {
+  return json(json_schema_gbnf(schema), whitespace_pattern);
+}
+
+std::shared_ptr<CompiledGrammar> GrammarCompiler::json_object(std::string_view whitespace_pattern) {
+  return json(json_object_gbnf(), whitespace_pattern);
 }
 
 std::shared_ptr<CompiledGrammar> GrammarCompiler::regex(std::string_view pattern) {

@@ -3,9 +3,14 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <optional>
 #include <set>
 
+#include "grammar/gbnf_parser.h"
+#include "grammar/grammar.h"
 #include "grammar/grammar_error.h"
+#include "grammar/regex_parser.h"
+#include "grammar/utf8_ranges.h"
 
 namespace mls::grammar {
 namespace {
@@ -50,6 +55,29 @@ const std::set<std::string>& supported() {
       "allOf",    "items",      "prefixItems", "minItems",
       "maxItems", "minLength",  "maxLength",   "$ref"};
   return s;
+}
+
+bool json_space(char32_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+// The first character `e` may match that is not JSON whitespace, if any.
+std::optional<char32_t> non_space(const Expr& e) {
+  switch (e.kind) {
+    case Expr::Kind::kBytes:
+      for (char c : e.bytes)
+        if (!json_space(static_cast<unsigned char>(c))) return static_cast<unsigned char>(c);
+      return std::nullopt;
+    case Expr::Kind::kClass:
+      for (const auto& [lo, hi] : normalise_ranges(e.ranges, e.negated))
+        for (char32_t c = lo; c <= hi; ++c)
+          if (!json_space(c)) return c;
+      return std::nullopt;
+    default:
+      for (const Expr& item : e.items)
+        if (const auto c = non_space(item)) return c;
+      return std::nullopt;
+  }
 }
 
 int64_t non_negative(const ojson& schema, const char* key, int64_t fallback) {
@@ -332,6 +360,30 @@ std::string json_schema_gbnf(const ojson& schema) {
   JsonSchemaConverter c(schema);
   const std::string top = c.visit(schema, "schema");
   return c.gbnf() + "root ::= " + top + "\n";
+}
+
+Expr json_whitespace(std::string_view pattern) {
+  Expr e = parse_regex(pattern);
+  if (const auto c = non_space(e)) {
+    std::string shown;
+    append_utf8(*c, shown);
+    raise<GrammarError>("the whitespace pattern may match {}, which is not JSON whitespace",
+                        *c < 0x20 || *c == 0x7F ? fmt::format("U+{:04X}", static_cast<uint32_t>(*c))
+                                                : "'" + shown + "'");
+  }
+  RuleSet alone;
+  alone.rules.emplace_back("root", e);
+  Grammar::from_rules(alone);  // left recursion, no finite match: GrammarError
+  return e;
+}
+
+RuleSet json_rules(std::string_view gbnf, std::string_view whitespace_pattern) {
+  RuleSet rs = parse_gbnf(gbnf);
+  if (whitespace_pattern.empty()) return rs;
+  const Expr ws = json_whitespace(whitespace_pattern);
+  for (auto& [name, body] : rs.rules)
+    if (name == "space") body = ws;
+  return rs;
 }
 
 std::string json_object_gbnf() {

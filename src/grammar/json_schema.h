@@ -11,12 +11,15 @@
 // skippable; whitespace between tokens limited to one space or one or two newlines and up to
 // 20 indentation characters; integer parts and fractions at most 16 digits, exponents at most
 // 2 (a model cannot stall in an endless number or indentation, and every number fits a double).
+// A whitespace pattern (vLLM's guided_whitespace_pattern) replaces that whitespace rule.
 #pragma once
 
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+
+#include "grammar/rule_set.h"
 
 namespace mls::grammar {
 
@@ -57,5 +60,13 @@ std::string gbnf_repeat(int64_t min, int64_t max);
 // Complete grammars (root rule "root").
 std::string json_schema_gbnf(const nlohmann::ordered_json& schema);
 std::string json_object_gbnf();
+
+// A regex (regex_parser.h) for the whitespace between JSON tokens, checked: it may only match
+// JSON whitespace (space, tab, newline, carriage return) and must form a valid grammar.
+// GrammarError otherwise, naming the problem.
+Expr json_whitespace(std::string_view pattern);
+// The rules of `gbnf` (from json_schema_gbnf or json_object_gbnf) with the whitespace rule
+// replaced by json_whitespace(`whitespace_pattern`), or unchanged when the pattern is empty.
+RuleSet json_rules(std::string_view gbnf, std::string_view whitespace_pattern);
 
 }  // namespace mls::grammar

@@ -143,6 +143,29 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
           "x-vendor":1}}})")));
 }
 
+// vLLM's guided_whitespace_pattern: the regex becomes the whitespace between JSON tokens.
+TEST(JsonSchema, WhitespacePatternReplacesTheDefault) {
+  GrammarCompiler gc(test::byte_vocab());
+  const ojson schema = ojson::parse(
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},
+          "required":["a"]})");
+  auto tight = gc.json_schema(schema, "[ ]?");
+  EXPECT_TRUE(test::matches(*tight, R"({"a":[1,2]})"));
+  EXPECT_TRUE(test::matches(*tight, R"({ "a" : [ 1 , 2 ] })"));
+  EXPECT_FALSE(test::matches(*tight, "{\n\"a\":[1]}"));
+  EXPECT_FALSE(test::matches(*tight, R"({"a":  [1]})"));
+  auto usual = gc.json_schema(schema);
+  EXPECT_NE(tight, usual);
+  EXPECT_TRUE(test::matches(*usual, "{\n  \"a\": [1]\n}"));
+  auto lines = gc.json_object("\n*");
+  EXPECT_TRUE(test::matches(*lines, "{\n\n\"k\":\n1}"));
+  EXPECT_FALSE(test::matches(*lines, R"({ "k": 1})"));
+  EXPECT_NO_THROW(json_whitespace("[ \\t\\n\\r]{0,4}"));
+  EXPECT_NO_THROW(json_whitespace("()"));  // none at all
+  for (const char* bad : {"[ a]", "\\s", "( *)*", "(", ".?"})
+    EXPECT_THROW(json_whitespace(bad), GrammarError) << bad;
+}
+
 TEST(JsonSchema, JsonObjectModeIsAnyObject) {
   GrammarCompiler gc(test::byte_vocab());
   auto g = gc.json_object();

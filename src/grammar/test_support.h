@@ -1,12 +1,14 @@
-// Helpers shared by the grammar tests: a byte-level vocabulary, compiling GBNF against it,
-// whole-string matching, the shortest distance to a complete output, and the demo model's
-// vocabulary.
+// Helpers shared by the grammar tests: a byte-level vocabulary, a random multi-byte one, the
+// demo model's vocabulary, compiling GBNF against them, whole-string matching, the reference
+// mask, the shortest distance to a complete output, and a JSON Schema validator.
 #pragma once
 
 #include <deque>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +26,45 @@ inline std::shared_ptr<const Vocabulary> byte_vocab(const std::vector<std::strin
   std::vector<Vocabulary::Token> t;
   for (int b = 0; b < 256; ++b) t.push_back({std::string(1, static_cast<char>(b)), true});
   for (const std::string& e : extra) t.push_back({e, true});
+  t.push_back({"<eos>", false});
+  return std::make_shared<const Vocabulary>(std::move(t));
+}
+
+// Every byte, then `n` random distinct multi-byte tokens in the manner of a byte-level BPE
+// vocabulary for JSON and text: word pieces (with a leading space or not), digits, runs of JSON
+// punctuation glued to words or quotes (so that tokens run across string ends, members and
+// nesting levels), whitespace runs, escapes, and UTF-8 (whole characters and cut ones); then one
+// special token.
+inline std::shared_ptr<const Vocabulary> random_vocab(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::set<std::string> seen;
+  std::vector<Vocabulary::Token> t;
+  for (int b = 0; b < 256; ++b) t.push_back({std::string(1, static_cast<char>(b)), true});
+  const char* pieces[] = {"\"",  ":",  ",",   "{",  "}",  "[",  "]",    " ",    "\n",    "  ",
+                          "\\n", "\\", "\\u", "-",  ".",  "e",  "true", "null", "false", "0",
+                          "12",  "5",  "\"",  "\"", "\t", ": ", ", ",   "\n  "};
+  const char* utf8[] = {"\xC3\xA9", "\xE6\x97\xA5", "\xF0\x9F\x98\x80", "\xD0\xBF"};
+  const std::string letters = "etaoinsrlcdxyz";
+  while (static_cast<int>(t.size()) < 256 + n) {
+    std::string s;
+    const int parts = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < parts; ++i) {
+      const int kind = static_cast<int>(rng() % 4);
+      if (kind == 0) {
+        if (rng() % 2) s += ' ';
+        for (int k = 1 + static_cast<int>(rng() % 5); k > 0; --k)
+          s += letters[rng() % letters.size()];
+      } else if (kind == 1) {
+        s += std::to_string(rng() % 1000);
+      } else if (kind == 2) {
+        s += pieces[rng() % std::size(pieces)];
+      } else {
+        s += utf8[rng() % std::size(utf8)];
+        if (rng() % 3 == 0) s.pop_back();
+      }
+    }
+    if (s.size() > 1 && seen.insert(s).second) t.push_back({s, true});
+  }
   t.push_back({"<eos>", false});
   return std::make_shared<const Vocabulary>(std::move(t));
 }
@@ -54,6 +95,17 @@ inline bool is_prefix(CompiledGrammar& g, std::string_view s) {
 
 inline bool allowed(const std::vector<uint32_t>& mask, int32_t t) {
   return (mask[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u;
+}
+
+// The mask by definition, the oracle of CompiledGrammar::fill_mask: token t is allowed exactly
+// when it is matchable and its bytes lead from `state` to a live state.
+inline std::vector<uint32_t> reference_mask(CompiledGrammar& g, int32_t state) {
+  const Vocabulary& v = g.vocab();
+  std::vector<uint32_t> mask(static_cast<size_t>(v.mask_words()), 0u);
+  for (int32_t t = 0; t < v.size(); ++t)
+    if (v.token(t).matchable && g.next(state, v.token(t).bytes) != CompiledGrammar::kDead)
+      mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+  return mask;
 }
 
 // Fewest bytes from `state` to an accepting state (breadth-first over byte transitions), or -1

@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/logging.h"
+#include "grammar/grammar_error.h"
+#include "grammar/json_schema.h"
 #include "server/errors.h"
 #include "server/stop_matcher.h"
 
@@ -157,6 +159,8 @@ constexpr Unsupported kUnsupported[] = {
     {"kv_transfer_params", never, "disaggregated serving is not supported"},
     {"vllm_xargs", never, "is not supported"},
     {"mm_processor_kwargs", never, "multimodal input is not supported"},
+    {"guided_decoding_backend", [](const ojson& v) { return v == "auto"; },
+     "is not supported: one grammar engine serves every structured output (only \"auto\")"},
 };
 
 constexpr Unsupported kUnsupportedChat[] = {
@@ -216,6 +220,7 @@ constexpr std::string_view kSamplingFields[] = {"model",
                                                 "guided_regex",
                                                 "guided_choice",
                                                 "guided_grammar",
+                                                "guided_whitespace_pattern",
                                                 "guided_decoding_backend"};
 constexpr std::string_view kChatFields[] = {"messages",
                                             "tools",
@@ -264,10 +269,12 @@ std::string text_field(const ojson& v, const std::string& param) {
   return v.get<std::string>();
 }
 
-// response_format, structured_outputs and the older guided_* fields: at most one constraint.
+// response_format, structured_outputs and the older guided_* fields: at most one constraint,
+// and for JSON output at most one whitespace pattern.
 StructuredOutput parse_structured(const ojson& body) {
   using Kind = StructuredOutput::Kind;
   std::vector<StructuredOutput> found;
+  std::vector<std::pair<std::string, std::string>> whitespace;  // (field, pattern)
   const auto add = [&](Kind kind, std::string field) -> StructuredOutput& {
     found.push_back({});
     found.back().kind = kind;
@@ -315,9 +322,11 @@ StructuredOutput parse_structured(const ojson& body) {
       } else if (key == "json_object") {
         if (!v.is_boolean()) bad_request(fmt::format("'{}' must be a boolean", param), param);
         if (v.get<bool>()) add(Kind::kJsonObject, param);
+      } else if (key == "whitespace_pattern") {
+        whitespace.emplace_back(param, text_field(v, param));
       } else {
         bad_request(fmt::format("'{}' is not supported (json, regex, choice, grammar, "
-                                "json_object are)",
+                                "json_object, whitespace_pattern are)",
                                 param),
                     param);
       }
@@ -335,7 +344,28 @@ StructuredOutput parse_structured(const ojson& body) {
     bad_request(fmt::format("'{}' and '{}' both constrain the output; give only one",
                             found[0].field, found[1].field),
                 found[1].field);
-  return found.empty() ? StructuredOutput{} : std::move(found[0]);
+  StructuredOutput out = found.empty() ? StructuredOutput{} : std::move(found[0]);
+  if (const ojson* v = field(body, "guided_whitespace_pattern"))
+    whitespace.emplace_back("guided_whitespace_pattern",
+                            text_field(*v, "guided_whitespace_pattern"));
+  if (whitespace.empty()) return out;
+  const std::string& ws_field = whitespace[0].first;
+  if (whitespace.size() > 1)
+    bad_request(fmt::format("'{}' and '{}' both set the whitespace; give only one", ws_field,
+                            whitespace[1].first),
+                whitespace[1].first);
+  if (out.kind != Kind::kJsonObject && out.kind != Kind::kJsonSchema)
+    bad_request(fmt::format("'{}' applies to JSON output only (response_format json_object or "
+                            "json_schema, structured_outputs json or json_object, guided_json)",
+                            ws_field),
+                ws_field);
+  try {
+    grammar::json_whitespace(whitespace[0].second);
+  } catch (const grammar::GrammarError& e) {
+    bad_request(fmt::format("'{}': {}", ws_field, e.what()), ws_field);
+  }
+  out.whitespace = std::move(whitespace[0].second);
+  return out;
 }
 
 // Fields shared by both endpoints.

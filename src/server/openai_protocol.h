@@ -40,6 +40,7 @@ struct StructuredOutput {
   std::string text;                  // kRegex, kGrammar (GBNF)
   std::vector<std::string> choices;  // kChoice
   std::string field;                 // the request field it came from (named in errors)
+  std::string whitespace;  // kJsonObject, kJsonSchema: guided_whitespace_pattern ("": default)
 };
 
 struct SamplingOptions {

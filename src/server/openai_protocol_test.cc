@@ -342,5 +342,43 @@ TEST(OpenAiProtocol, StructuredOutputFields) {
     expect_400(c, false);
 }
 
+// vLLM's whitespace pattern: honoured for JSON output, a 400 naming the field otherwise; one
+// grammar engine, so guided_decoding_backend is "auto" or a 400.
+TEST(OpenAiProtocol, WhitespacePatternAndDecodingBackend) {
+  const auto parse = [](const char* body) {
+    return parse_completion_request(parse_json_body(body), {}).sampling.structured;
+  };
+  EXPECT_EQ(parse(R"({"prompt": "x", "guided_json": {"type": "object"},
+                      "guided_whitespace_pattern": "[ ]?"})")
+                .whitespace,
+            "[ ]?");
+  EXPECT_EQ(parse(R"({"prompt": "x", "structured_outputs": {"json_object": true,
+                      "whitespace_pattern": "[\n ]*"}})")
+                .whitespace,
+            "[\n ]*");
+  EXPECT_EQ(parse(R"({"prompt": "x", "guided_json": {}, "guided_decoding_backend": "auto"})").kind,
+            StructuredOutput::Kind::kJsonSchema);
+  for (const BadCase& c : std::vector<BadCase>{
+           {R"({"prompt": "x", "guided_whitespace_pattern": " "})", "guided_whitespace_pattern",
+            "JSON output only"},
+           {R"({"prompt": "x", "guided_regex": "a", "guided_whitespace_pattern": " "})",
+            "guided_whitespace_pattern", "JSON output only"},
+           {R"({"prompt": "x", "guided_json": {}, "guided_whitespace_pattern": "[ x]"})",
+            "guided_whitespace_pattern", "'x', which is not JSON whitespace"},
+           {R"({"prompt": "x", "guided_json": {}, "guided_whitespace_pattern": "\\s*"})",
+            "guided_whitespace_pattern", "U+000B"},
+           {R"({"prompt": "x", "guided_json": {}, "guided_whitespace_pattern": "( *)*"})",
+            "guided_whitespace_pattern", "left recursion"},
+           {R"({"prompt": "x", "guided_json": {}, "guided_whitespace_pattern": ""})",
+            "guided_whitespace_pattern", "non-empty string"},
+           {R"({"prompt": "x", "structured_outputs": {"json": {}, "whitespace_pattern": " "},
+               "guided_whitespace_pattern": " "})",
+            "guided_whitespace_pattern", "give only one"},
+           {R"({"prompt": "x", "guided_json": {}, "guided_decoding_backend": "xgrammar"})",
+            "guided_decoding_backend", "one grammar engine"},
+       })
+    expect_400(c, false);
+}
+
 }  // namespace
 }  // namespace mls::server

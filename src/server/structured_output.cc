@@ -27,10 +27,10 @@ std::shared_ptr<const TokenConstraint> structured_constraint(ServingContext& ctx
   try {
     switch (so.kind) {
       case Kind::kJsonObject:
-        g = gc.json_object();
+        g = gc.json_object(so.whitespace);
         break;
       case Kind::kJsonSchema:
-        g = gc.json_schema(so.schema);
+        g = gc.json_schema(so.schema, so.whitespace);
         break;
       case Kind::kRegex:
         g = gc.regex(so.text);

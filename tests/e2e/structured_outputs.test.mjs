@@ -234,6 +234,14 @@ test('structured outputs with the demo model', async () => {
       response_format: {type: 'json_schema', json_schema: {name: 'arrays', schema: schemas.arrays}},
     });
     parseAndValidate(completionFormat.choices[0].text, schemas.arrays, 'response_format on completions');
+    // vLLM's whitespace pattern, here an empty one: no whitespace between JSON tokens.
+    const compact = await client.completions.create({
+      model: demo.name, prompt: 'JSON: ', max_tokens: 200, temperature: 0,
+      guided_json: schemas.enums, guided_whitespace_pattern: '()',
+    });
+    const compactText = compact.choices[0].text;
+    parseAndValidate(compactText, schemas.enums, 'guided_whitespace_pattern');
+    assert.doesNotMatch(compactText.replace(/"(\\.|[^"\\])*"/g, '""'), /\s/, compactText);
 
     // 400s that name the field.
     const base = {model: demo.name, max_tokens: 10, messages: [question]};
@@ -247,6 +255,10 @@ test('structured outputs with the demo model', async () => {
       guided_regex: 'a'}), 'guided_regex');
     await expect400(client.chat.completions.create({...base, response_format: {type: 'xml'}}),
         'response_format.type');
+    await expect400(client.chat.completions.create({...base, guided_regex: 'a+', guided_whitespace_pattern: ' *'}),
+        'guided_whitespace_pattern');
+    await expect400(client.chat.completions.create({...base, guided_json: {}, guided_decoding_backend: 'xgrammar'}),
+        'guided_decoding_backend');
     await expect400(client.chat.completions.create({...base, tools: [weather], tool_choice: 'required',
       response_format: {type: 'json_object'}}), 'response_format');
 

@@ -49,8 +49,7 @@ TEST(StepArena, BestFitTakesTheSmallestHoleThenTheLowest) {
 
 TEST(StepArena, FreedNeighboursCoalesceAndTheTopComesDown) {
   StepArena a;
-  const int64_t x = a.allocate(256), y = a.allocate(256), z = a.allocate(256),
-                w = a.allocate(256);
+  const int64_t x = a.allocate(256), y = a.allocate(256), z = a.allocate(256), w = a.allocate(256);
   a.free(x);
   a.free(z);
   a.free(y);  // x, y and z merge into one 768-byte hole

@@ -241,9 +241,22 @@ class Lexer {
       }
       if (++i >= src_.size()) break;
       const char e = src_[i];
+      // Exactly n hex digits (std::stoul would throw on none and accept signs, spaces and a
+      // shorter prefix), naming a Unicode scalar value.
       const auto hex = [&](int n) {
         if (i + n >= src_.size()) fail(i, "truncated escape in string");
-        const char32_t cp = static_cast<char32_t>(std::stoul(src_.substr(i + 1, n), nullptr, 16));
+        char32_t cp = 0;
+        for (int k = 1; k <= n; ++k) {
+          const char h = src_[i + k];
+          const int v = h >= '0' && h <= '9'   ? h - '0'
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                               : -1;
+          if (v < 0) fail(i + k, "bad hex digit in string escape");
+          cp = cp * 16 + static_cast<char32_t>(v);
+        }
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+          fail(i, "string escape is not a Unicode scalar value");
         i += n;
         tok::append_utf8(out, cp);
       };

@@ -154,6 +154,15 @@ TEST(Jinja, SyntaxErrorsCarryLineAndColumn) {
   EXPECT_THROW(Template("{# open comment"), TemplateSyntaxError);
 }
 
+// Found by fuzz_jinja: a \x/\u/\U escape without hex digits ended the process (std::stoul
+// threw std::invalid_argument past every handler).
+TEST(Jinja, BadStringEscapesAreSyntaxErrors) {
+  EXPECT_EQ(render("{{ '\\x41\\u00e9\\U0001F600' }}"), "A\u00e9\U0001F600");
+  for (const char* bad : {"{{ '\\xzz' }}", "{{ '\\u+123' }}", "{{ '\\u 123' }}", "{{ '\\x4g' }}",
+                          "{{ '\\ud800' }}", "{{ '\\U00110000' }}", "{{ '\\u12' }}"})
+    EXPECT_THROW(Template{bad}, TemplateSyntaxError) << bad;
+}
+
 TEST(Jinja, RuntimeErrorsCarryLineAndColumn) {
   try {
     render("ok\n  {{ raise_exception('Conversation roles must alternate') }}");

@@ -76,15 +76,19 @@ nlohmann::ordered_json chat_variables(const nlohmann::ordered_json& request) {
       if (!call.is_object() || !call.contains("function")) continue;
       auto& fn = call["function"];
       if (!fn.is_object() || !fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+      const bool named = fn.contains("name") && fn["name"].is_string();
       fn["arguments"] = parse_json<InvalidArgument>(
           fn["arguments"].get<std::string>(),
-          fmt::format("tool call arguments of '{}'", fn.value("name", std::string("?"))));
+          fmt::format("tool call arguments of '{}'",
+                      named ? fn["name"].get<std::string>() : std::string("?")));
     }
   }
   nlohmann::ordered_json vars;
   vars["messages"] = std::move(messages);
   vars["tools"] = request.contains("tools") ? request["tools"] : nlohmann::ordered_json();
   if (request.contains("documents")) vars["documents"] = request["documents"];
+  if (request.contains("add_generation_prompt") && !request["add_generation_prompt"].is_boolean())
+    raise<InvalidArgument>("'add_generation_prompt' must be a boolean");
   vars["add_generation_prompt"] = request.value("add_generation_prompt", true);
   if (request.contains("chat_template_kwargs")) {
     const auto& kwargs = request["chat_template_kwargs"];

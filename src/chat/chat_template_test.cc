@@ -82,6 +82,14 @@ TEST(ChatVariables, RejectsBadRequests) {
   EXPECT_THROW(chat_variables(nlohmann::ordered_json::parse(R"({"messages": [{"role": "assistant",
       "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]})")),
                InvalidArgument);
+  // Found by fuzz_chat_template: fields of the wrong type escaped as nlohmann::type_error.
+  EXPECT_THROW(
+      chat_variables(nlohmann::ordered_json::parse(
+          R"({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": "type"})")),
+      InvalidArgument);
+  EXPECT_THROW(chat_variables(nlohmann::ordered_json::parse(R"({"messages": [{"role": "assistant",
+      "tool_calls": [{"function": {"name": 7, "arguments": "{oops"}}]}]})")),
+               InvalidArgument);
 }
 
 TEST(ChatTemplate, LoadsFromConfigAndReportsMissingTemplate) {

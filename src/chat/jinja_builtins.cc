@@ -523,6 +523,7 @@ using TestFn = bool (*)(const Value&, const CallArgs&);
 Value attribute_path(const Value& v, const Value& attr) {
   // "a.b" walks nested attributes; an integer picks a list index.
   if (int_like(attr)) return get_item(v, attr);
+  if (!attr.is_string()) type_error("an attribute must be a string or an integer");
   Value cur = v;
   const std::string& path = attr.as_string();
   size_t start = 0;

@@ -177,6 +177,10 @@ TEST(Jinja, RuntimeErrorsCarryLineAndColumn) {
   EXPECT_THROW(render("{{ 1 // 0 }}"), TemplateRuntimeError);
   EXPECT_THROW(render("{% for x in none %}{% endfor %}"), TemplateRuntimeError);
   EXPECT_THROW(render("{{ x | nosuchfilter }}"), TemplateRuntimeError);
+  // Found by fuzz_jinja: an attribute name of another type ended the process
+  // (std::bad_variant_access).
+  EXPECT_THROW(render("{{ [{'a': 1}] | selectattr(1.5) | list }}"), TemplateRuntimeError);
+  EXPECT_THROW(render("{{ [{'a': 1}] | map(attribute=none) | list }}"), TemplateRuntimeError);
 }
 
 TEST(Jinja, StrftimeNowFormatsTheCurrentDate) {

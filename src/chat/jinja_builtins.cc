@@ -371,10 +371,13 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     if (seq.is_string()) {
       const size_t len = seq.as_string().size();
       if (len > 0 && times > kMaxStringBytes / len) check_string_size(kMaxStringBytes + 1);
+      const size_t total = len * times;
       std::string out;
-      out.reserve(len * times);
-      for (size_t i = 0; i < times; ++i) out += seq.as_string();
-      return Value(out);
+      out.reserve(total);
+      if (times > 0) out = seq.as_string();
+      // By doubling: log2(times) appends rather than one per repetition.
+      while (out.size() < total) out.append(out, 0, std::min(out.size(), total - out.size()));
+      return Value(std::move(out));
     }
     if (seq.is_list()) {
       const size_t len = seq.items().size();

@@ -138,6 +138,10 @@ TEST(Jinja, BasicsWithoutPython) {
   EXPECT_EQ(render("{{ 1 + 2 }}{{ [1.0, None, 'a'] }}"), "3[1.0, None, 'a']");
   EXPECT_EQ(render("x\n{% if true %}\ny\n{% endif %}\nz\n"), "x\ny\nz");
   EXPECT_EQ(render("{{ {'b': 1, 'a': 2} | tojson }}"), R"({"b": 1, "a": 2})");
+  // String repetition (built by doubling): every count, both operand orders.
+  EXPECT_EQ(render("{{ 'ab' * 3 }}|{{ 5 * 'xyz' }}|{{ 'q' * 0 }}|{{ 'q' * -2 }}|{{ '' * 7 }}|"
+                   "{{ ('abc' * 1000) | length }}|{{ ('abc' * 1000)[2997:] }}"),
+            "ababab|xyzxyzxyzxyzxyz||||3000|abc");
 }
 
 TEST(Jinja, SyntaxErrorsCarryLineAndColumn) {

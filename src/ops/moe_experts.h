@@ -41,8 +41,9 @@ inline bool moe_experts_grouped(const Tensor& table, int64_t pairs) {
 // x: bf16 [R, hidden], the permuted rows; offsets: i32 [E + 1] (ops::moe_align); h: bf16
 // [R, inter] (the SwiGLU outputs, caller-owned); y: bf16 [R, hidden], row r = expert(r)'s MLP of
 // x[r]. Rows past offsets[E] (dropped pairs) are left as they are.
-inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
-                            const ExpertShapes& s, Tensor& h, Tensor& y) {
+inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets,
+                            [[maybe_unused]] const Tensor& table, const ExpertShapes& s,
+                            [[maybe_unused]] Tensor& h, Tensor& y) {
   if (is_meta(y)) {
     if (!y.device().is_cpu() && x.dim(0) > 0)
       trace_scratch(

@@ -64,6 +64,14 @@ Tokenizer::Tokenizer(BpeModel model, PreTokenizer pre, AddedVocabulary added, Po
     post_.suffix.clear();
     if (*config_.add_eos_token && eos_id_) post_.suffix.push_back(*eos_id_);
   }
+  // encode emits these ids as they are, so each must name a token decode knows.
+  for (const auto* ids : {&post_.prefix, &post_.suffix})
+    for (int32_t id : *ids)
+      if (id >= n || id_to_token_[id].empty())
+        raise<ConfigError>(
+            "tokenizer.json: post_processor: special token id {} is not in the vocabulary (size "
+            "{})",
+            id, n);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {

@@ -152,6 +152,32 @@ TEST(Tokenizer, RejectsBadIds) {
   EXPECT_THROW(Tokenizer::from_json(j), ConfigError);
 }
 
+// fuzz_tokenizer: a post-processor's special token id that no token has; encode emitted it and
+// decode of encode's own output threw.
+TEST(Tokenizer, RejectsPostProcessorIdsOutsideTheVocabulary) {
+  auto j = nlohmann::json::parse(read_text_file(kData / "tok-glm" / "tokenizer.json"));
+  const int32_t n = Tokenizer::from_json(j).vocab_size();
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {n - 1}}, {"tokens", {"<s>"}}}}}}};
+  EXPECT_EQ(Tokenizer::from_json(j).encode("", true), (std::vector<int32_t>{n - 1}));
+  for (int32_t id : {n, n + 315}) {
+    j["post_processor"]["special_tokens"]["<s>"]["ids"] = {id};
+    try {
+      Tokenizer::from_json(j);
+      ADD_FAILURE() << "accepted id " << id;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    fmt::format("special token id {} is not in the vocabulary (size {})", id, n)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Tokenizer, RejectsBadInput) {
   const Tokenizer tok = Tokenizer::from_dir(kData / "tok-glm");
   EXPECT_THROW(tok.encode("\xff\xfe", false), InvalidArgument);

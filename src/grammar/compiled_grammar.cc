@@ -143,13 +143,17 @@ size_t CompiledGrammar::num_states() const {
 const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUnion& scratch) {
   if (tops_[tops].top_union) return *tops_[tops].top_union;
   TopUnion u;
-  u.accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
   const std::vector<int32_t>& positions = tops_[tops].positions;
-  for (int32_t p : positions) classes_.accepted(p).add_to(u.accepted);
-  // By bytes (so that a walk shares the previous token's prefix), through their ranks; distinct.
+  // One top's accepted set makes the mask as it is (it excludes its own dependent tokens);
+  // several are ORed once. The dependent tokens not accepted go by bytes (through their ranks),
+  // so that a walk shares the previous token's prefix; distinct.
+  if (positions.size() > 1) {
+    u.accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
+    for (int32_t p : positions) classes_.accepted(p).add_to(u.accepted);
+  }
   for (int32_t p : positions)
     for (int32_t t : classes_.context_dependent(p))
-      if (!((u.accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u))
+      if (u.accepted.empty() || !((u.accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u))
         u.dependent.push_back(vocab_->rank(t));
   std::sort(u.dependent.begin(), u.dependent.end());
   u.dependent.erase(std::unique(u.dependent.begin(), u.dependent.end()), u.dependent.end());
@@ -161,6 +165,17 @@ const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUni
   ++top_unions_;
   tops_[tops].top_union = std::make_unique<TopUnion>(std::move(u));
   return *tops_[tops].top_union;
+}
+
+void CompiledGrammar::accepted_mask(int32_t tops, const TopUnion& u,
+                                    std::span<uint32_t> mask) const {
+  const std::vector<int32_t>& positions = tops_[tops].positions;
+  if (!u.accepted.empty())
+    std::memcpy(mask.data(), u.accepted.data(), mask.size() * sizeof(uint32_t));
+  else if (positions.empty())
+    std::fill(mask.begin(), mask.end(), 0u);
+  else
+    classes_.accepted(positions[0]).copy_to(mask);
 }
 
 std::vector<int32_t> CompiledGrammar::live_dependent(int32_t state, const TopUnion& u) {
@@ -216,7 +231,7 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> mask) {
   std::lock_guard lock(mu_);
   TopUnion scratch;
   const TopUnion& u = top_union(states_[state].tops, scratch);
-  std::memcpy(mask.data(), u.accepted.data(), mask.size() * sizeof(uint32_t));
+  accepted_mask(states_[state].tops, u, mask);
   if (!states_[state].mask_known) {
     std::vector<int32_t> live = live_dependent(state, u);
     // A union past the bound is rebuilt each time: so is the state's walk.

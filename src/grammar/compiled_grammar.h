@@ -75,7 +75,8 @@ class CompiledGrammar {
   int32_t next_locked(int32_t state, uint8_t byte);
   // What a state's mask starts from, per distinct set of stack tops.
   struct TopUnion {
-    std::vector<uint32_t> accepted;  // the tops' accepted sets, as a mask
+    // The tops' accepted sets, as a mask; empty for one top (its set makes the mask) or none.
+    std::vector<uint32_t> accepted;
     std::vector<int32_t> dependent;  // their context-dependent tokens not accepted, by bytes
   };
   struct Tops {
@@ -84,6 +85,8 @@ class CompiledGrammar {
   };
   // Cached (at most kMaxTopUnions; past that built into `scratch`).
   const TopUnion& top_union(int32_t tops, TopUnion& scratch);
+  // Sets `mask` to the accepted sets of the tops.
+  void accepted_mask(int32_t tops, const TopUnion& u, std::span<uint32_t> mask) const;
   // The dependent tokens of `u` that lead from `state` to a live state.
   std::vector<int32_t> live_dependent(int32_t state, const TopUnion& u);
   TokenClassification::Verdict rest_verdict(int32_t state, std::string_view rest);

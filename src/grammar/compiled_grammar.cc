@@ -83,13 +83,13 @@ int32_t CompiledGrammar::intern(std::vector<Stack> stacks) {
   st.tops = t->second;
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
-  trans_.resize(trans_.size() + 256, kUnknown);
+  trans_.emplace_back().fill(kUnknown);
   ids_.emplace(std::move(key), id);
   return id;
 }
 
 int32_t CompiledGrammar::next_locked(int32_t state, uint8_t byte) {
-  int32_t& t = trans_[static_cast<size_t>(state) * 256 + byte];
+  int32_t& t = trans_[static_cast<size_t>(state)][byte];
   if (t != kUnknown) return t;
   std::vector<Stack> out;
   const auto& elems = g_.elements();
@@ -102,10 +102,8 @@ int32_t CompiledGrammar::next_locked(int32_t state, uint8_t byte) {
     if (out.size() > kMaxStacks)
       raise<GrammarError>("grammar: too ambiguous (more than {} parses at one point)", kMaxStacks);
   }
-  const int32_t id = intern(std::move(out));
-  // `t` may dangle after intern grew trans_.
-  trans_[static_cast<size_t>(state) * 256 + byte] = id;
-  return id;
+  t = intern(std::move(out));
+  return t;
 }
 
 int32_t CompiledGrammar::next(int32_t state, uint8_t byte) {

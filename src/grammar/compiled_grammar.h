@@ -18,7 +18,9 @@
 // computes its mask each time).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -96,7 +98,8 @@ class CompiledGrammar {
   TokenClassification classes_;
   mutable std::mutex mu_;
   std::vector<State> states_;
-  std::vector<int32_t> trans_;  // states × 256
+  // Per state, by byte. A deque: growing it never copies the table (a first-seen state's cost).
+  std::deque<std::array<int32_t, 256>> trans_;
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<Tops> tops_;
   std::unordered_map<std::string, int32_t> tops_ids_;  // key: the sorted tops' bytes

@@ -1,10 +1,11 @@
 // A grammar bound to a vocabulary, run as a lazily built DFA over bytes. A state is the set of
 // pushdown stacks the grammar can be in after some output (each stack a list of positions in
 // Grammar::elements(), its top always a byte-set terminal; an empty stack means the output so
-// far is a complete sentence). States are interned, and per state the byte transitions and the
-// allowed-token mask are computed on first use and kept: a request's matcher is one state id, a
-// token advances it through a few table lookups, and a mask for a state seen before (by this or
-// any earlier request with the same grammar) is a copy. A new state's mask comes from the
+// far is a complete sentence). States are interned, and per state the byte transitions and
+// what its allowed-token mask needs are computed on first use and kept: a request's matcher is
+// one state id, a token advances it through a few table lookups, and a mask for a state seen
+// before (by this or any earlier request with the same grammar) is a copy of its tops' union
+// plus a few bits. A new state's mask comes from the
 // token classification computed at construction (token_classification.h): the union of its
 // stack tops' accepted sets (kept per distinct set of tops: states at another nesting or item
 // count share it), plus the few context-dependent tokens that the DFA lets through, each
@@ -14,8 +15,8 @@
 // Thread-safe (one mutex): handler threads share compiled grammars through GrammarCompiler's
 // cache while the engine advances and masks. Bounded: past kMaxStates states or kMaxStacks
 // stacks in one state the grammar is rejected (GrammarError) as too ambiguous; at most
-// kMaxTopUnions unions (a mask each) are kept per grammar (a state whose union is not kept
-// computes its mask each time).
+// kMaxTopUnions unions (a mask each, none for a single top) are kept per grammar (a state whose
+// union is not kept computes its mask each time).
 #pragma once
 
 #include <array>

@@ -71,19 +71,25 @@ int32_t CompiledGrammar::intern(std::vector<Stack> stacks) {
   const auto id = static_cast<int32_t>(states_.size());
   State st;
   st.accepting = stacks.front().empty();
+  std::vector<int32_t> tops;
   for (const Stack& s : stacks)
-    if (!s.empty()) st.tops.push_back(s.back());
-  std::sort(st.tops.begin(), st.tops.end());
-  st.tops.erase(std::unique(st.tops.begin(), st.tops.end()), st.tops.end());
+    if (!s.empty()) tops.push_back(s.back());
+  std::sort(tops.begin(), tops.end());
+  tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
+  std::string tops_key(reinterpret_cast<const char*>(tops.data()), tops.size() * sizeof(int32_t));
+  const auto [t, added] =
+      tops_ids_.emplace(std::move(tops_key), static_cast<int32_t>(tops_.size()));
+  if (added) tops_.push_back({std::move(tops), nullptr});
+  st.tops = t->second;
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
-  trans_.resize(trans_.size() + 256, kUnknown);
+  trans_.emplace_back().fill(kUnknown);
   ids_.emplace(std::move(key), id);
   return id;
 }
 
 int32_t CompiledGrammar::next_locked(int32_t state, uint8_t byte) {
-  int32_t& t = trans_[static_cast<size_t>(state) * 256 + byte];
+  int32_t& t = trans_[static_cast<size_t>(state)][byte];
   if (t != kUnknown) return t;
   std::vector<Stack> out;
   const auto& elems = g_.elements();
@@ -96,10 +102,8 @@ int32_t CompiledGrammar::next_locked(int32_t state, uint8_t byte) {
     if (out.size() > kMaxStacks)
       raise<GrammarError>("grammar: too ambiguous (more than {} parses at one point)", kMaxStacks);
   }
-  const int32_t id = intern(std::move(out));
-  // `t` may dangle after intern grew trans_.
-  trans_[static_cast<size_t>(state) * 256 + byte] = id;
-  return id;
+  t = intern(std::move(out));
+  return t;
 }
 
 int32_t CompiledGrammar::next(int32_t state, uint8_t byte) {
@@ -134,37 +138,49 @@ size_t CompiledGrammar::num_states() const {
   return states_.size();
 }
 
-const CompiledGrammar::TopUnion& CompiledGrammar::top_union(const std::vector<int32_t>& tops,
-                                                            TopUnion& scratch) {
-  const std::string key(reinterpret_cast<const char*>(tops.data()), tops.size() * sizeof(int32_t));
-  const auto it = top_unions_.find(key);
-  if (it != top_unions_.end()) return it->second;
+const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUnion& scratch) {
+  if (tops_[tops].top_union) return *tops_[tops].top_union;
   TopUnion u;
-  u.accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
-  for (int32_t p : tops) classes_.accepted(p).add_to(u.accepted);
-  for (int32_t p : tops)
+  const std::vector<int32_t>& positions = tops_[tops].positions;
+  // One top's accepted set makes the mask as it is (it excludes its own dependent tokens);
+  // several are ORed once. The dependent tokens not accepted go by bytes (through their ranks),
+  // so that a walk shares the previous token's prefix; distinct.
+  if (positions.size() > 1) {
+    u.accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
+    for (int32_t p : positions) classes_.accepted(p).add_to(u.accepted);
+  }
+  for (int32_t p : positions)
     for (int32_t t : classes_.context_dependent(p))
-      if (!((u.accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u)) u.dependent.push_back(t);
-  // By bytes, so that a walk shares the previous token's prefix; distinct.
-  std::sort(u.dependent.begin(), u.dependent.end(), [&](int32_t a, int32_t b) {
-    return vocab_->token(a).bytes < vocab_->token(b).bytes ||
-           (vocab_->token(a).bytes == vocab_->token(b).bytes && a < b);
-  });
+      if (u.accepted.empty() || !((u.accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u))
+        u.dependent.push_back(vocab_->rank(t));
+  std::sort(u.dependent.begin(), u.dependent.end());
   u.dependent.erase(std::unique(u.dependent.begin(), u.dependent.end()), u.dependent.end());
-  if (top_unions_.size() >= kMaxTopUnions) {
+  for (int32_t& t : u.dependent) t = vocab_->token_ids()[static_cast<size_t>(t)];
+  if (top_unions_ >= kMaxTopUnions) {
     scratch = std::move(u);
     return scratch;
   }
-  return top_unions_.emplace(key, std::move(u)).first->second;
+  ++top_unions_;
+  tops_[tops].top_union = std::make_unique<TopUnion>(std::move(u));
+  return *tops_[tops].top_union;
 }
 
-void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> mask) {
-  TopUnion scratch;
-  const TopUnion& u = top_union(states_[state].tops, scratch);
-  std::memcpy(mask.data(), u.accepted.data(), mask.size() * sizeof(uint32_t));
+void CompiledGrammar::accepted_mask(int32_t tops, const TopUnion& u,
+                                    std::span<uint32_t> mask) const {
+  const std::vector<int32_t>& positions = tops_[tops].positions;
+  if (!u.accepted.empty())
+    std::memcpy(mask.data(), u.accepted.data(), mask.size() * sizeof(uint32_t));
+  else if (positions.empty())
+    std::fill(mask.begin(), mask.end(), 0u);
+  else
+    classes_.accepted(positions[0]).copy_to(mask);
+}
+
+std::vector<int32_t> CompiledGrammar::live_dependent(int32_t state, const TopUnion& u) {
   // A context-dependent token goes through the DFA (next_locked may grow states_) only until
   // the classification at the reached state's tops decides its rest. path[d] is the state after
   // d bytes of the previous token.
+  std::vector<int32_t> live;
   std::vector<int32_t> path{state};
   const std::string* prev = nullptr;
   for (int32_t t : u.dependent) {
@@ -175,32 +191,31 @@ void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> mask) {
         ++common;
     path.resize(common + 1);
     prev = &bytes;
-    bool live = false;
     for (size_t i = common;; ++i) {
       const int32_t s = path[i];
       if (s == kDead) break;
       if (i == bytes.size()) {
-        live = true;
+        live.push_back(t);
         break;
       }
       if (i > 0) {
         const TokenClassification::Verdict v = rest_verdict(s, std::string_view(bytes).substr(i));
         if (v != TokenClassification::Verdict::kContextDependent) {
-          live = v == TokenClassification::Verdict::kAccepted;
+          if (v == TokenClassification::Verdict::kAccepted) live.push_back(t);
           break;
         }
       }
       path.push_back(next_locked(s, static_cast<uint8_t>(bytes[i])));
     }
-    if (live) mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
   }
+  return live;
 }
 
 // Accepted if some stack top accepts `rest`, rejected if every one rejects it.
 TokenClassification::Verdict CompiledGrammar::rest_verdict(int32_t state, std::string_view rest) {
   using V = TokenClassification::Verdict;
   V out = V::kRejected;
-  for (int32_t p : states_[state].tops) {
+  for (int32_t p : tops_[states_[state].tops].positions) {
     const V v = classes_.classify(p, rest);
     if (v == V::kAccepted) return v;
     if (v == V::kContextDependent) out = v;
@@ -212,16 +227,21 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> mask) {
   if (static_cast<int64_t>(mask.size()) != vocab_->mask_words())
     raise<InternalError>("fill_mask: {} words for a vocabulary of {}", mask.size(), vocab_->size());
   std::lock_guard lock(mu_);
-  const std::vector<uint32_t>& cached = states_[state].mask;
-  if (!cached.empty()) {
-    std::memcpy(mask.data(), cached.data(), mask.size() * sizeof(uint32_t));
-    return;
+  TopUnion scratch;
+  const TopUnion& u = top_union(states_[state].tops, scratch);
+  accepted_mask(states_[state].tops, u, mask);
+  if (!states_[state].mask_known) {
+    std::vector<int32_t> live = live_dependent(state, u);
+    // A union past the bound is rebuilt each time: so is the state's walk.
+    if (&u != &scratch) {
+      states_[state].live = std::move(live);
+      states_[state].mask_known = true;
+    } else {
+      for (int32_t t : live) mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+      return;
+    }
   }
-  compute_mask(state, mask);
-  if (cached_masks_ < kMaxCachedMasks) {
-    states_[state].mask.assign(mask.begin(), mask.end());
-    ++cached_masks_;
-  }
+  for (int32_t t : states_[state].live) mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
 }
 
 }  // namespace mls::grammar

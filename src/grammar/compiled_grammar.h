@@ -1,21 +1,27 @@
 // A grammar bound to a vocabulary, run as a lazily built DFA over bytes. A state is the set of
 // pushdown stacks the grammar can be in after some output (each stack a list of positions in
 // Grammar::elements(), its top always a byte-set terminal; an empty stack means the output so
-// far is a complete sentence). States are interned, and per state the byte transitions and the
-// allowed-token mask are computed on first use and kept: a request's matcher is one state id, a
-// token advances it through a few table lookups, and a mask for a state seen before (by this or
-// any earlier request with the same grammar) is a copy. A new state's mask comes from the
+// far is a complete sentence). States are interned, and per state the byte transitions and
+// what its allowed-token mask needs are computed on first use and kept: a request's matcher is
+// one state id, a token advances it through a few table lookups, and a mask for a state seen
+// before (by this or any earlier request with the same grammar) is a copy of its tops' union
+// plus a few bits. A new state's mask comes from the
 // token classification computed at construction (token_classification.h): the union of its
-// stack tops' accepted sets (kept per distinct set of tops), plus the few context-dependent
-// tokens that the DFA lets through.
+// stack tops' accepted sets (kept per distinct set of tops: states at another nesting or item
+// count share it), plus the few context-dependent tokens that the DFA lets through, each
+// walked only until the classification at the reached state's tops decides its rest. A state
+// keeps only those tokens, not a mask of its own.
 //
 // Thread-safe (one mutex): handler threads share compiled grammars through GrammarCompiler's
 // cache while the engine advances and masks. Bounded: past kMaxStates states or kMaxStacks
 // stacks in one state the grammar is rejected (GrammarError) as too ambiguous; at most
-// kMaxCachedMasks masks are kept per grammar (later ones are computed each time).
+// kMaxTopUnions unions (a mask each, none for a single top) are kept per grammar (a state whose
+// union is not kept computes its mask each time).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -34,7 +40,6 @@ class CompiledGrammar {
   static constexpr int32_t kDead = -1;
   static constexpr size_t kMaxStates = 1 << 17;
   static constexpr size_t kMaxStacks = 4096;
-  static constexpr size_t kMaxCachedMasks = 1024;
   static constexpr size_t kMaxTopUnions = 256;
 
   CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab);
@@ -61,24 +66,32 @@ class CompiledGrammar {
   using Stack = std::vector<int32_t>;
   struct State {
     std::vector<Stack> stacks;  // sorted, distinct; an empty stack = accepting
-    std::vector<int32_t> tops;  // the non-empty stacks' tops, sorted, distinct
+    int32_t tops = -1;          // index into tops_
     bool accepting = false;
-    std::vector<uint32_t> mask;  // empty until computed (and cached)
+    bool mask_known = false;
+    std::vector<int32_t> live;  // once mask_known: its union's dependent tokens that pass
   };
   static constexpr int32_t kUnknown = -2;
 
   void expand(Stack& stack, std::vector<Stack>& out) const;
   int32_t intern(std::vector<Stack> stacks);
   int32_t next_locked(int32_t state, uint8_t byte);
-  // What a state's mask starts from, per distinct set of stack tops (states with different
-  // stacks below often share their tops: the same string rule at another nesting or count).
+  // What a state's mask starts from, per distinct set of stack tops.
   struct TopUnion {
-    std::vector<uint32_t> accepted;  // the tops' accepted sets, as a mask
+    // The tops' accepted sets, as a mask; empty for one top (its set makes the mask) or none.
+    std::vector<uint32_t> accepted;
     std::vector<int32_t> dependent;  // their context-dependent tokens not accepted, by bytes
   };
+  struct Tops {
+    std::vector<int32_t> positions;       // the non-empty stacks' tops, sorted, distinct
+    std::unique_ptr<TopUnion> top_union;  // lazily; kept for at most kMaxTopUnions sets
+  };
   // Cached (at most kMaxTopUnions; past that built into `scratch`).
-  const TopUnion& top_union(const std::vector<int32_t>& tops, TopUnion& scratch);
-  void compute_mask(int32_t state, std::span<uint32_t> mask);
+  const TopUnion& top_union(int32_t tops, TopUnion& scratch);
+  // Sets `mask` to the accepted sets of the tops.
+  void accepted_mask(int32_t tops, const TopUnion& u, std::span<uint32_t> mask) const;
+  // The dependent tokens of `u` that lead from `state` to a live state.
+  std::vector<int32_t> live_dependent(int32_t state, const TopUnion& u);
   TokenClassification::Verdict rest_verdict(int32_t state, std::string_view rest);
 
   Grammar g_;
@@ -86,10 +99,12 @@ class CompiledGrammar {
   TokenClassification classes_;
   mutable std::mutex mu_;
   std::vector<State> states_;
-  std::vector<int32_t> trans_;  // states × 256
+  // Per state, by byte. A deque: growing it never copies the table (a first-seen state's cost).
+  std::deque<std::array<int32_t, 256>> trans_;
   std::unordered_map<std::string, int32_t> ids_;
-  size_t cached_masks_ = 0;
-  std::unordered_map<std::string, TopUnion> top_unions_;  // key: the sorted tops' bytes
+  std::vector<Tops> tops_;
+  std::unordered_map<std::string, int32_t> tops_ids_;  // key: the sorted tops' bytes
+  size_t top_unions_ = 0;
 };
 
 }  // namespace mls::grammar

@@ -277,6 +277,19 @@ TEST(Vocabulary, TrieHoldsEveryMatchableTokenOnce) {
   for (int32_t t = 0; t < v->size(); ++t) EXPECT_EQ(seen[t], v->token(t).matchable ? 1 : 0) << t;
   EXPECT_FALSE(v->token(260).matchable);  // the empty token
   EXPECT_EQ(v->mask_words(), (262 + 31) / 32);
+  // Ranks index token_ids() and order the tokens by their bytes, ties by id.
+  for (int32_t t = 0; t < v->size(); ++t) {
+    if (v->token(t).matchable) {
+      EXPECT_EQ(v->token_ids()[v->rank(t)], t);
+    } else {
+      EXPECT_EQ(v->rank(t), -1);
+    }
+  }
+  for (size_t k = 1; k < v->token_ids().size(); ++k) {
+    const int32_t a = v->token_ids()[k - 1], b = v->token_ids()[k];
+    EXPECT_TRUE(v->token(a).bytes < v->token(b).bytes ||
+                (v->token(a).bytes == v->token(b).bytes && a < b));
+  }
 }
 
 }  // namespace

@@ -84,6 +84,14 @@ class TokenClassification::LocalAutomaton {
 
   // Some stack of the state got here without crossing into an unknown continuation.
   bool uncrossed(int32_t state) const { return states_[state].uncrossed; }
+  // The positions atop the state's stacks (markers have none), sorted, distinct.
+  void tops(int32_t state, std::vector<int32_t>& out) const {
+    out.clear();
+    for (const LocalStack& s : states_[state].stacks)
+      if (s.size() > 2) out.push_back(s.back());
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
   size_t num_states() const { return states_.size(); }
 
  private:
@@ -248,7 +256,38 @@ TokenClassification::TokenClassification(const Grammar& g, const Vocabulary& v)
     stats_.context_dependent += dep.size();
     stats_.bytes += entries_.back().accepted.bytes() + dep.size() * sizeof(int32_t);
   }
+  prebuild(v);
   stats_.local_states = la.num_states();
+}
+
+// At run time a context-dependent token goes through the real DFA until the classification at
+// the reached state's tops decides its rest. After i bytes from a state with top `pos`, those
+// tops are among the local stacks' tops after the same bytes from `pos` (the local automaton
+// follows a superset of the real stacks): classifying each rest from each of them here builds
+// the local states the run time needs, so that a first-seen mask mostly looks transitions up.
+void TokenClassification::prebuild(const Vocabulary& v) {
+  LocalAutomaton& la = *la_;
+  size_t budget = kMaxPrebuildSteps;
+  std::vector<int32_t> tops;
+  for (size_t pos = 0; pos < slot_.size(); ++pos) {
+    if (slot_[pos] < 0) continue;
+    const Entry& e = entries_[static_cast<size_t>(slot_[pos])];
+    for (int32_t t : e.context_dependent) {
+      const std::string_view bytes = v.token(t).bytes;
+      int32_t s = e.start;
+      for (size_t i = 1; i < bytes.size(); ++i) {
+        s = la.next(s, static_cast<uint8_t>(bytes[i - 1]));
+        if (s == kDead) break;
+        la.tops(s, tops);
+        for (int32_t q : tops) {
+          if (slot_[static_cast<size_t>(q)] < 0) continue;
+          if (budget < bytes.size() - i) return;
+          budget -= bytes.size() - i;
+          classify(q, bytes.substr(i));
+        }
+      }
+    }
+  }
 }
 
 TokenClassification::Verdict TokenClassification::classify(int32_t pos, std::string_view bytes) {

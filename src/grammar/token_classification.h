@@ -36,6 +36,8 @@ class TokenClassification {
  public:
   // Bound on the local automaton (GrammarError past it: the grammar is too ambiguous).
   static constexpr size_t kMaxLocalStates = 1 << 17;
+  // Bound on the bytes classified ahead at construction (prebuild; past it, lazily).
+  static constexpr size_t kMaxPrebuildSteps = 1 << 16;
 
   struct Stats {
     size_t positions = 0;          // classified positions
@@ -71,6 +73,7 @@ class TokenClassification {
     int32_t start;  // the local automaton's state at this position
   };
   size_t slot(int32_t pos) const;
+  void prebuild(const Vocabulary& v);
 
   std::vector<int32_t> slot_;  // per element position: index into entries_, or -1
   std::vector<Entry> entries_;

@@ -17,7 +17,7 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 // Both forms (ids, bitset) OR exactly their tokens into a mask that already holds others.
-TEST(TokenSet, EveryFormAddsExactlyItsTokens) {
+TEST(TokenSet, EveryFormAddsAndCopiesExactlyItsTokens) {
   const auto v = test::random_vocab(2000, 3);
   std::vector<int32_t> matchable;
   for (int32_t t = 0; t < v->size(); ++t)
@@ -37,8 +37,13 @@ TEST(TokenSet, EveryFormAddsExactlyItsTokens) {
     for (int32_t t : ids) expected[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
     const TokenSet set(ids, *v);
     EXPECT_EQ(set.size(), n);
+    std::vector<uint32_t> copied = before;
     set.add_to(before);
     EXPECT_EQ(before, expected) << n << " tokens";
+    std::vector<uint32_t> alone(static_cast<size_t>(v->mask_words()), 0u);
+    for (int32_t t : ids) alone[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+    set.copy_to(copied);
+    EXPECT_EQ(copied, alone) << n << " tokens";
     EXPECT_LE(set.bytes(), static_cast<size_t>(v->mask_words()) * sizeof(uint32_t));
   }
 }

@@ -1,6 +1,7 @@
 #include "grammar/token_set.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace mls::grammar {
 
@@ -22,6 +23,15 @@ void TokenSet::add_to(std::span<uint32_t> mask) const {
   } else {
     for (uint32_t t : data_) mask[t >> 5] |= 1u << (t & 31);
   }
+}
+
+void TokenSet::copy_to(std::span<uint32_t> mask) const {
+  if (bits_) {
+    std::memcpy(mask.data(), data_.data(), data_.size() * sizeof(uint32_t));
+    return;
+  }
+  std::fill(mask.begin(), mask.end(), 0u);
+  add_to(mask);
 }
 
 }  // namespace mls::grammar

@@ -1,5 +1,6 @@
 // A set of token ids over one vocabulary, stored in whichever form is smaller: the sorted ids or
-// a bitset of the vocabulary's mask layout. Immutable once built; `add_to` ORs it into a mask.
+// a bitset of the vocabulary's mask layout. Immutable once built; `add_to` ORs it into a mask,
+// `copy_to` makes a mask of it.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +19,7 @@ class TokenSet {
   TokenSet(std::vector<int32_t> ids, const Vocabulary& v);
 
   void add_to(std::span<uint32_t> mask) const;
+  void copy_to(std::span<uint32_t> mask) const;
   size_t size() const { return size_; }
   size_t bytes() const { return data_.size() * sizeof(uint32_t); }
 

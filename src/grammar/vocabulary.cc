@@ -53,6 +53,8 @@ Vocabulary::Vocabulary(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
     open.push_back(static_cast<int32_t>(i));
   }
   for (int32_t i : open) trie_[i].subtree_end = static_cast<int32_t>(trie_.size());
+  rank_.assign(tokens_.size(), -1);
+  for (size_t i = 0; i < trie_tokens_.size(); ++i) rank_[trie_tokens_[i]] = static_cast<int32_t>(i);
 }
 
 Vocabulary Vocabulary::from_tokenizer(const tok::Tokenizer& tokenizer, int64_t model_vocab_size) {

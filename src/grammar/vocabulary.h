@@ -43,12 +43,15 @@ class Vocabulary {
   const Token& token(int32_t id) const { return tokens_[static_cast<size_t>(id)]; }
   const std::vector<Node>& trie() const { return trie_; }
   const std::vector<int32_t>& token_ids() const { return trie_tokens_; }
+  // A matchable token's index in token_ids(): ranks order tokens by their bytes (ties by id).
+  int32_t rank(int32_t id) const { return rank_[static_cast<size_t>(id)]; }
   int max_depth() const { return max_depth_; }
 
  private:
   std::vector<Token> tokens_;
   std::vector<Node> trie_;
   std::vector<int32_t> trie_tokens_;
+  std::vector<int32_t> rank_;  // per id; -1 when not matchable
   int max_depth_ = 0;
 };
 

@@ -129,7 +129,7 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
   // measures what the workspace must hold.
   runner.reserve_step_workspaces(std::vector<int64_t>(tp, 0));
   const int64_t cache_blocks = prefill_blocks(limits);
-  runner.allocate_kv_cache(cache_blocks, limits.block_size);
+  runner.allocate_kv_cache(cache_blocks, limits);
   std::vector<std::vector<int64_t>> workspace(tp);
   std::vector<int64_t> comm(tp, 0), peak(tp, 0);
   for (const ProfileStep& step : profile_steps(limits, cache_blocks)) {
@@ -211,7 +211,7 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
 }
 
 void apply_plan(ModelRunner& runner, const MemoryPlan& plan) {
-  runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
+  runner.allocate_kv_cache(plan.num_blocks, plan.limits);
   runner.set_planned_limits(plan.limits);
   std::vector<int64_t> workspaces;
   for (const RankPlan& p : plan.ranks) workspaces.push_back(p.step_workspace_bytes);

@@ -353,12 +353,14 @@ void expect_fixed_addresses(const RunnerOptions& options) {
     const auto first = step_offsets(runner, step.batch);
     const auto second = step_offsets(runner, step.batch);
     runner.set_meta(true);  // with a cache of sizes only, as a meta profile has
-    runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
+    runner.allocate_kv_cache(plan.num_blocks, plan.limits);
     const auto traced = step_offsets(runner, step.batch);
     runner.set_meta(false);
-    runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
+    runner.allocate_kv_cache(plan.num_blocks, plan.limits);
     for (int r = 0; r < runner.tp_size(); ++r) {
       EXPECT_GT(first[r].size(), 10u) << step.name;
+      // The block tables at their fixed shape come first: the same address whatever the batch.
+      EXPECT_EQ(first[r][0], 0) << step.name;
       EXPECT_EQ(first[r], second[r]) << step.name << " rank " << r;
       EXPECT_EQ(first[r], traced[r]) << step.name << " rank " << r;
     }
@@ -402,7 +404,7 @@ void expect_random_steps_fit(const RunnerOptions& options, const ServingLimits& 
                   ProfileMode::kMeta);
   apply_plan(runner, plan);
   runner.set_meta(true);
-  runner.allocate_kv_cache(plan.num_blocks, plan.limits.block_size);
+  runner.allocate_kv_cache(plan.num_blocks, plan.limits);
   std::mt19937 g(5);
   const int64_t blocks = plan.num_blocks, bs = limits.block_size;
   const int tp = runner.tp_size();

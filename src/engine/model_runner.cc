@@ -238,7 +238,7 @@ void ModelRunner::follow() {
         forward(command_.batch, command_.observe ? ignore : nullptr);
         break;
       case RunnerOp::kAllocateKv:
-        allocate_kv_cache(a.at(0), a.at(1));
+        allocate_kv(a.at(0), a.at(1), a.at(2), a.at(3));
         break;
       case RunnerOp::kReleaseKv:
         release_kv_cache();
@@ -372,11 +372,23 @@ void ModelRunner::reserve_step_workspaces(const std::vector<int64_t>& bytes) {
 }
 
 void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
-  broadcast(RunnerOp::kAllocateKv, {num_blocks, block_size});
+  allocate_kv(num_blocks, block_size, 0, 0);
+}
+
+void ModelRunner::allocate_kv_cache(int64_t num_blocks, const ServingLimits& limits) {
+  allocate_kv(num_blocks, limits.block_size, limits.max_num_seqs,
+              (limits.max_model_len + limits.block_size - 1) / limits.block_size);
+}
+
+void ModelRunner::allocate_kv(int64_t num_blocks, int64_t block_size, int64_t table_rows,
+                              int64_t table_cols) {
+  broadcast(RunnerOp::kAllocateKv, {num_blocks, block_size, table_rows, table_cols});
   run_on_all_ranks([&](Rank& r) {
     r.kv = KvCache();  // free the old cache before taking the new one
     r.kv = KvCache::allocate(r.model->config(), num_blocks, block_size, activation_dtype(r.device),
                              *r.alloc);
+    r.kv.table_rows = table_rows;
+    r.kv.table_cols = table_cols;
   });
   num_blocks_ = num_blocks;
   block_size_ = block_size;

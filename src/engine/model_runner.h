@@ -89,8 +89,12 @@ class ModelRunner {
   BroadcastStats broadcast_stats() const { return broadcast_stats_; }
   void reset_broadcast_stats() { broadcast_stats_ = {}; }
 
-  // (Re)allocates the paged KV cache on every rank.
+  // (Re)allocates the paged KV cache on every rank; each step's block tables are sized to its
+  // batch.
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size);
+  // The same for serving `limits` (at their block size): every step's block tables at the fixed
+  // shape [max_num_seqs, ceil(max_model_len / block_size)] and address (KvCache::table_rows).
+  void allocate_kv_cache(int64_t num_blocks, const ServingLimits& limits);
   // Frees the KV cache on every rank.
   void release_kv_cache();
   bool sequence_parallel() const { return sequence_parallel_; }
@@ -128,6 +132,8 @@ class ModelRunner {
   void step(const ForwardBatch& batch, const ForwardObserver& observer,
             const std::function<void(Rank&, Tensor&)>& finish);
   void stop_workers();
+  // allocate_kv_cache with the block tables' fixed shape (0 rows: per step).
+  void allocate_kv(int64_t num_blocks, int64_t block_size, int64_t table_rows, int64_t table_cols);
   // On the leader of a multi-process world: sends the command to the followers.
   void broadcast(RunnerOp op, std::vector<int64_t> args = {}, const ForwardBatch* batch = nullptr,
                  bool observe = false);

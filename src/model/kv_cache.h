@@ -14,6 +14,11 @@ namespace mls {
 struct KvCache {
   int64_t block_size = 0;
   int64_t num_blocks = 0;
+  // The steps' block tables at a fixed shape [max_num_seqs, ceil(max_model_len / block_size)]
+  // (a serving runner's, from its limits): the same shape, and the step workspace's first
+  // allocation (the same address), whatever the batch — what CUDA graph replay needs. 0 rows:
+  // each step's tables sized to its batch (tools and tests without serving limits).
+  int64_t table_rows = 0, table_cols = 0;
   std::vector<Tensor> latent;     // per layer [num_blocks · block_size, rkv + dr]
   std::vector<Tensor> index_key;  // per layer [num_blocks · block_size, Di], or undefined
 

@@ -59,7 +59,7 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
                                  : TokenLayout::replicated(N);
   const int64_t L = layout.local_rows();
   // This rank's rows of the token ids are staged with the step; padding rows embed to zeros.
-  StepContext step(batch, kv.block_size, layout.first_row(), L, a);
+  StepContext step(batch, kv.block_size, {kv.table_rows, kv.table_cols}, layout.first_row(), L, a);
   step.observer = observer;
   Tensor x = Tensor::empty({L, H}, k_.act, act, a);
   ops::embedding(w_.embed, step.local_ids, 0, x);

@@ -60,14 +60,22 @@ int64_t StepContext::index_elems(const ForwardBatch& b, int64_t local_rows) {
   return 4 * b.num_tokens() + local_rows + b.num_logit_rows();
 }
 
-StepContext::StepContext(const ForwardBatch& b, int64_t bs, int64_t first_row, int64_t local_rows,
-                         Allocator& a)
+StepContext::StepContext(const ForwardBatch& b, int64_t bs, const TableShape& table,
+                         int64_t first_row, int64_t local_rows, Allocator& a)
     : block_size(bs), alloc(&a) {
   const int64_t N = b.num_tokens(), S = static_cast<int64_t>(b.seqs.size());
   const int64_t max_blocks = max_blocks_of(b, bs), R = b.num_logit_rows();
+  // Fixed tables first: the step's first allocation sits at the workspace's start every step.
+  if (table.rows > 0) {
+    if (S > table.rows || max_blocks > table.cols)
+      raise<InternalError>("a step of {} sequences of up to {} blocks outgrows the block tables {}",
+                           S, max_blocks, Shape{table.rows, table.cols}.str());
+    block_tables = Tensor::empty({table.rows, table.cols}, DType::kI32, MemTag::kWorkspace, a);
+  } else {
+    block_tables = Tensor::empty({S, max_blocks}, DType::kI32, MemTag::kWorkspace, a);
+  }
   // Host staging in the device buffers' layout: positions, slots, token_seq, index_row_len,
-  // local ids, logit rows; the block tables apart (they grow with the context, not the batch,
-  // and are accounted as workspace at their worst case).
+  // local ids, logit rows; the block tables apart (they grow with the context, not the batch).
   std::vector<int32_t> host(index_elems(b, local_rows), 0);
   std::vector<int32_t> tables(S * max_blocks, 0);
   int32_t* pos = host.data();
@@ -107,8 +115,10 @@ StepContext::StepContext(const ForwardBatch& b, int64_t bs, int64_t first_row, i
   Tensor buf =
       Tensor::empty({static_cast<int64_t>(host.size())}, DType::kI32, MemTag::kActivation, a);
   ops::copy(Tensor::wrap(host.data(), buf.shape(), DType::kI32), buf);
-  block_tables = Tensor::empty({S, max_blocks}, DType::kI32, MemTag::kWorkspace, a);
-  ops::copy(Tensor::wrap(tables.data(), block_tables.shape(), DType::kI32), block_tables);
+  // Only the rows and columns in use are written (and read: each query row's sequence and its
+  // keys' blocks).
+  Tensor in_use = block_tables.narrow(0, 0, S).narrow(1, 0, max_blocks);
+  ops::copy(Tensor::wrap(tables.data(), {S, max_blocks}, DType::kI32), in_use);
   int64_t off = 0;
   auto take = [&](int64_t n) {
     Tensor t = buf.narrow(0, off, n);

@@ -49,16 +49,20 @@ struct StepContext {
   Tensor slots;          // [N] cache slot of each new token
   Tensor token_seq;      // [N] sequence of each new token
   Tensor index_row_len;  // [N] DSA top-k row length (prompt length for prompt tokens)
-  Tensor block_tables;   // [num_seqs, max_blocks]
+  Tensor block_tables;   // [num_seqs, max_blocks], or the fixed [table rows, cols] (rows in use)
   Tensor local_ids;      // [L] token ids of this rank's rows of the layout (−1: padding)
   Tensor logit_rows;     // [R] rows that produce logits
 
   // The forward's observer, if any (layers give it replicated tensors only).
   ForwardObserver observer;
 
+  // The block tables' fixed shape (KvCache::table_rows, table_cols); 0 rows: the batch's.
+  struct TableShape {
+    int64_t rows = 0, cols = 0;
+  };
   // `first_row`, `local_rows`: this rank's rows of the residual layout.
-  StepContext(const ForwardBatch& b, int64_t block_size, int64_t first_row, int64_t local_rows,
-              Allocator& alloc);
+  StepContext(const ForwardBatch& b, int64_t block_size, const TableShape& table, int64_t first_row,
+              int64_t local_rows, Allocator& alloc);
   ops::PagedKeys pages() const {
     return {.block_tables = &block_tables,
             .token_seq = &token_seq,

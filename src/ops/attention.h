@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 
 #include "ops/dispatch.h"
 
@@ -55,6 +56,52 @@ inline ScratchPlan attention_scratch(const Tensor& q, const Tensor& k, const Ten
   return {{{scratch::attention_splits(q.dim(0), q.dim(1), k.dim(1), v.dim(2), n_list).floats,
             DType::kF32, MemTag::kActivation},
            {}}};
+}
+
+// Paged keys for T query rows: block_tables i32 [num_seqs, max_blocks] with unit inner stride
+// (rows may be apart), token_seq contiguous i32 [T], block_size and max_keys >= 1, all on the
+// output's device.
+inline void paged_keys_contract(const Contract& c, const PagedKeys& pages, int64_t T) {
+  if (!pages.block_tables) return;
+  const Tensor& bt = *pages.block_tables;
+  c.rows("block_tables", bt, 2);
+  c.dtype("block_tables", bt, {DType::kI32});
+  c.on_device("block_tables", bt);
+  if (!pages.token_seq) c.fail("token_seq", Tensor(), "given with block_tables");
+  c.index("token_seq", *pages.token_seq, T);
+  c.need(pages.block_size >= 1 && pages.max_keys >= 1, "block_tables", bt,
+         "paged with block_size ({}) and max_keys ({}) >= 1", pages.block_size, pages.max_keys);
+}
+
+// q [T, H, Dk], k [rows, Hk, Dk], v [rows, Hk, Dv] (Hk 1 or H), out [T, H, Dv], all with unit
+// inner stride; q_pos contiguous i32 [T]; allowed contiguous i32 [T, K]; one device, out apart
+// from the inputs. CPU: f32; GPU: bf16.
+inline void attention_contract(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& q_pos, const AttentionArgs& args, const Tensor& out) {
+  const Contract c("attention", out);
+  c.rows("q", q, 3);
+  c.rows("k", k, 3);
+  c.rows("v", v, 3);
+  c.rows("out", out, 3);
+  const int64_t T = q.dim(0), H = q.dim(1);
+  c.need(k.dim(2) == q.dim(2) && (k.dim(1) == 1 || k.dim(1) == H), "k", k, "[rows, 1 or {}, {}]", H,
+         q.dim(2));
+  c.need(v.dim(0) == k.dim(0) && v.dim(1) == k.dim(1), "v", v, "[{}, {}, Dv]", k.dim(0), k.dim(1));
+  c.need(out.dim(0) == T && out.dim(1) == H && out.dim(2) == v.dim(2), "out", out, "[{}, {}, {}]",
+         T, H, v.dim(2));
+  c.index("q_pos", q_pos, T);
+  if (const Tensor* a = args.allowed) {
+    c.index("allowed", *a, -1);
+    c.need(a->ndim() == 2 && a->dim(0) == T, "allowed", *a, "[{}, K]", T);
+  }
+  paged_keys_contract(c, args.pages, T);
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
+    c.activation(name, *t, false);
+    c.on_device(name, *t);
+    c.disjoint("out", out, name, *t);
+  }
+  c.activation("out", out, false);
 }
 
 inline void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,

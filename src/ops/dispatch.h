@@ -1,15 +1,19 @@
 // Device dispatch for ops: each op declares its per-device implementations in namespaces
-// ops::cpu and ops::cuda and forwards through MLS_DISPATCH. An op whose output has no backing
-// memory (the allocator's meta mode) computes nothing. An op that takes device scratch forwards
-// through MLS_DISPATCH_SCRATCH with its host-only scratch plan (sizes from ops/scratch_sizes.h):
-// in meta mode the dispatcher takes and returns that scratch from the output's allocator, so the
-// meta trace holds every byte the device op would allocate, at the same point of the forward.
+// ops::cpu and ops::cuda, its contract `<op>_contract` with the op's own parameters
+// (ops/contract.h), and forwards through MLS_DISPATCH, which checks the contract first on every
+// device and in meta mode alike (one check per op, not one per backend). An op whose output has
+// no backing memory (the allocator's meta mode) then computes nothing. An op that takes device
+// scratch forwards through MLS_DISPATCH_SCRATCH with its host-only scratch plan (sizes from
+// ops/scratch_sizes.h): in meta mode the dispatcher takes and returns that scratch from the
+// output's allocator, so the meta trace holds every byte the device op would allocate, at the same
+// point of the forward.
 #pragma once
 
 #include <array>
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/contract.h"
 #include "ops/scratch_sizes.h"
 
 namespace mls::ops {
@@ -51,6 +55,7 @@ inline void trace_scratch(const Tensor& out, const ScratchPlan& plan) {
 
 #define MLS_DISPATCH(out, fn, ...)           \
   do {                                       \
+    fn##_contract(__VA_ARGS__);              \
     if (::mls::ops::is_meta(out)) return;    \
     MLS_DISPATCH_BODY(out, fn, __VA_ARGS__); \
   } while (0)
@@ -58,6 +63,7 @@ inline void trace_scratch(const Tensor& out, const ScratchPlan& plan) {
 // `plan`: an expression of type ScratchPlan, evaluated only in meta mode on a device.
 #define MLS_DISPATCH_SCRATCH(out, plan, fn, ...)                          \
   do {                                                                    \
+    fn##_contract(__VA_ARGS__);                                           \
     if (::mls::ops::is_meta(out)) {                                       \
       if (!(out).device().is_cpu()) ::mls::ops::trace_scratch(out, plan); \
       return;                                                             \

@@ -29,6 +29,52 @@ void scale(const Tensor& a, float alpha, Tensor& out);
 void fill_uniform(Tensor& out, const UniformFill& f);
 }  // namespace cuda
 
+// a, b and out: [T, N] of one shape with unit inner stride, one device (out may alias them).
+inline void pointwise_contract(const char* op, const Tensor& a, const Tensor& b,
+                               const Tensor& out) {
+  const Contract c(op, out);
+  c.rows("a", a, 2);
+  c.need(b.shape() == a.shape() && b.stride(-1) == 1, "b", b, "{} with unit inner stride",
+         a.shape().str());
+  c.need(out.shape() == a.shape() && out.stride(-1) == 1, "out", out, "{} with unit inner stride",
+         a.shape().str());
+  c.activation("a", a);
+  c.activation("b", b);
+  c.activation("out", out);
+  c.on_device("a", a);
+  c.on_device("b", b);
+}
+inline void silu_mul_contract(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  pointwise_contract("silu_mul", gate, up, out);
+}
+inline void add_contract(const Tensor& a, const Tensor& b, const Tensor& out) {
+  pointwise_contract("add", a, b, out);
+}
+inline void scale_contract(const Tensor& a, float, const Tensor& out) {
+  pointwise_contract("scale", a, a, out);
+}
+// table [rows, H] with unit inner stride, ids contiguous i32, out contiguous [ids, H].
+inline void embedding_contract(const Tensor& table, const Tensor& ids, int64_t, const Tensor& out) {
+  const Contract c("embedding", out);
+  c.rows("table", table, 2);
+  c.index("ids", ids, -1);
+  c.need(out.ndim() == 2 && out.is_contiguous() && out.dim(0) == ids.numel() &&
+             out.dim(1) == table.dim(1),
+         "out", out, "contiguous [{}, {}]", ids.numel(), table.dim(1));
+  c.activation("table", table);
+  c.activation("out", out);
+  c.on_device("table", table);
+}
+// out contiguous with at most 2 dims: f32 (CPU); f32, bf16 or fp8 (GPU).
+inline void fill_uniform_contract(const Tensor& out, const UniformFill&) {
+  const Contract c("fill_uniform", out);
+  c.need(out.ndim() <= 2 && out.is_contiguous(), "out", out, "contiguous with at most 2 dims");
+  if (c.gpu())
+    c.dtype("out", out, {DType::kF32, DType::kBF16, DType::kFP8E4M3});
+  else
+    c.dtype("out", out, {DType::kF32});
+}
+
 // out = silu(gate) * up.
 inline void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   MLS_DISPATCH(out, silu_mul, gate, up, out);

@@ -47,6 +47,38 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
 // the reference's row length (the prompt length for a prompt token, else q_pos[t] + 1), read by
 // kTorchReference only. kServing lists a row's keys in ascending index order, then −1s;
 // kTorchReference in torch's order, with −1 where it ranked a masked position.
+// The inputs' part, for T rows (indexer_ties_at_cut has no output): q [T, Hi, Di], k [rows, Di],
+// w [T, Hi] with unit inner strides, q_pos contiguous i32 [T], paged keys as attention's, all on
+// `out`'s device. CPU: f32; GPU: q and k bf16, w bf16 or f32.
+inline void indexer_inputs_contract(const Contract& c, const Tensor& q, const Tensor& k,
+                                    const Tensor& w, const Tensor& q_pos, const PagedKeys& pages,
+                                    int64_t T) {
+  c.rows("q", q, 3);
+  c.need(q.dim(0) == T, "q", q, "{} rows", T);
+  c.rows("k", k, 2);
+  c.need(k.dim(1) == q.dim(2), "k", k, "[rows, {}]", q.dim(2));
+  c.rows("w", w, 2);
+  c.need(w.dim(0) == T && w.dim(1) == q.dim(1), "w", w, "[{}, {}]", T, q.dim(1));
+  c.index("q_pos", q_pos, T);
+  paged_keys_contract(c, pages, T);
+  c.activation("q", q, false);
+  c.activation("k", k, false);
+  c.activation("w", w);
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"w", &w}})
+    c.on_device(name, *t);
+}
+// And row_len contiguous i32 [T], chosen contiguous i32 [T, topk].
+inline void indexer_topk_contract(const Tensor& q, const Tensor& k, const Tensor& w,
+                                  const Tensor& q_pos, const Tensor& row_len, float,
+                                  const PagedKeys& pages, TopkTieOrder, const Tensor& chosen) {
+  const Contract c("indexer_topk", chosen);
+  c.need(chosen.ndim() == 2 && chosen.is_contiguous(), "chosen", chosen, "contiguous [T, topk]");
+  c.dtype("chosen", chosen, {DType::kI32});
+  indexer_inputs_contract(c, q, k, w, q_pos, pages, chosen.dim(0));
+  c.index("row_len", row_len, chosen.dim(0));
+}
+
 // Device scratch of one call: fp32 scores of a group of query rows (ops/scratch_sizes.h).
 inline ScratchPlan indexer_topk_scratch(const Tensor& q, const Tensor& k, const PagedKeys& pages,
                                         const Tensor& chosen) {

@@ -50,6 +50,49 @@ inline void attach_padded_block_scale(Tensor& w, Allocator& alloc) {
   w.set_padded_block_scale(std::move(padded));
 }
 
+// x [T, K] and y [T, N] with unit inner stride, W [N, K] contiguous, one device, y apart from
+// x and W. CPU: all f32. GPU: x bf16, y bf16 or f32, W bf16 or block-FP8 with its f32 block
+// scales [ceil(N/128), ceil(K/128)] (and their padded copy where fp8_scale_rows_padded), then y
+// bf16.
+inline void linear_contract(const Tensor& x, const Tensor& w, const Tensor& y, bool = false) {
+  const Contract c("linear", y);
+  c.rows("x", x, 2);
+  c.rows("y", y, 2);
+  c.need(w.ndim() == 2 && w.is_contiguous() && w.dim(1) == x.dim(1), "W", w,
+         "contiguous [N, {}] (x's columns)", x.dim(1));
+  c.need(y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "y", y, "[{}, {}]", x.dim(0), w.dim(0));
+  c.need(x.dim(0) <= 1 || x.stride(0) >= x.dim(1), "x", x, "rows apart");
+  c.need(y.dim(0) <= 1 || y.stride(0) >= y.dim(1), "y", y, "rows apart");
+  c.on_device("x", x);
+  c.on_device("W", w);
+  c.disjoint("y", y, "x", x);
+  c.disjoint("y", y, "W", w);
+  if (!c.gpu()) {
+    c.dtype("x", x, {DType::kF32});
+    c.dtype("W", w, {DType::kF32});
+    c.dtype("y", y, {DType::kF32});
+    return;
+  }
+  c.dtype("x", x, {DType::kBF16});
+  c.dtype("W", w, {DType::kBF16, DType::kFP8E4M3});
+  c.dtype("y", y, {DType::kBF16, DType::kF32});
+  if (w.dtype() != DType::kFP8E4M3) return;
+  c.dtype("y (FP8 W)", y, {DType::kBF16});
+  const int64_t NB = (w.dim(0) + 127) / 128, KB = (w.dim(1) + 127) / 128;
+  const Tensor* scale = w.block_scale();
+  c.need(scale && scale->dtype() == DType::kF32 && scale->ndim() == 2 && scale->dim(0) == NB &&
+             scale->dim(1) == KB && scale->is_contiguous() && scale->device() == w.device(),
+         "W", w, "with contiguous f32 block scales [{}, {}], has {}", NB, KB,
+         scale ? scale->str() : std::string("none"));
+  if (!fp8_scale_rows_padded(w.dim(1))) return;
+  const Tensor* padded = w.padded_block_scale();
+  c.need(padded && padded->dtype() == DType::kF32 && padded->ndim() == 2 && padded->dim(0) == NB &&
+             padded->dim(1) == scratch::round_up(KB, 4) && padded->is_contiguous() &&
+             padded->device() == w.device(),
+         "W", w, "with its block scales padded to [{}, {}] at load, has {}", NB,
+         scratch::round_up(KB, 4), padded ? padded->str() : std::string("none"));
+}
+
 // accumulate: y += x·Wᵀ instead of y = x·Wᵀ.
 inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate = false) {
   MLS_DISPATCH_SCRATCH(y, linear_scratch(x, w), linear, x, w, y, accumulate);
@@ -58,6 +101,26 @@ inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate 
 // Per-head products, one call for all heads b: y[:, b, :] = x[:, b, :] · W[b]ᵀ with
 // x [T, B, in] and y [T, B, out] (strided, unit innermost stride) and W [B, out, in] (rows
 // contiguous, any batch stride: W may be a head-strided view of a larger matrix).
+inline void linear_batched_contract(const Tensor& x, const Tensor& w, const Tensor& y) {
+  const Contract c("linear_batched", y);
+  c.rows("x", x, 3);
+  c.rows("y", y, 3);
+  c.rows("W", w, 3);
+  c.need(w.dim(0) == x.dim(1) && w.dim(2) == x.dim(2) && (w.dim(1) <= 1 || w.stride(1) >= w.dim(2)),
+         "W", w, "[{}, N, {}] with rows apart", x.dim(1), x.dim(2));
+  c.need(y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1) && y.dim(2) == w.dim(1), "y", y,
+         "[{}, {}, {}]", x.dim(0), x.dim(1), w.dim(1));
+  c.need(x.dim(0) <= 1 || x.stride(0) >= x.dim(2), "x", x, "rows apart");
+  c.need(y.dim(0) <= 1 || y.stride(0) >= y.dim(2), "y", y, "rows apart");
+  c.on_device("x", x);
+  c.on_device("W", w);
+  c.disjoint("y", y, "x", x);
+  c.disjoint("y", y, "W", w);
+  c.activation("x", x, false);
+  c.activation("W", w, false);
+  c.activation("y", y);
+}
+
 inline void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
   MLS_DISPATCH(y, linear_batched, x, w, y);
 }

@@ -5,6 +5,8 @@
 // group of 128 on the way, as ops::linear does for FP8 weights.
 #pragma once
 
+#include <utility>
+
 #include "ops/dispatch.h"
 
 namespace mls::ops {
@@ -41,11 +43,39 @@ inline bool moe_experts_grouped(const Tensor& table, int64_t pairs) {
 // x: bf16 [R, hidden], the permuted rows; offsets: i32 [E + 1] (ops::moe_align); h: bf16
 // [R, inter] (the SwiGLU outputs, caller-owned); y: bf16 [R, hidden], row r = expert(r)'s MLP of
 // x[r]. Rows past offsets[E] (dropped pairs) are left as they are.
-inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets,
-                            [[maybe_unused]] const Tensor& table, const ExpertShapes& s,
-                            [[maybe_unused]] Tensor& h, Tensor& y) {
+inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& offsets, const Tensor& table,
+                                     const ExpertShapes& s, const Tensor& h, const Tensor& y) {
+  const Contract c("moe_experts_fp8", y);
+  const int64_t R = x.dim(0), E = offsets.numel() - 1;
+  c.rows("x", x, 2);
+  c.need(x.dim(1) == s.hidden && s.hidden % 16 == 0 && s.inter % 16 == 0, "x", x,
+         "[R, {}] (hidden and inter {}: multiples of 16)", s.hidden, s.inter);
+  c.rows("h", h, 2);
+  c.need(h.dim(0) == R && h.dim(1) == s.inter, "h", h, "[{}, {}]", R, s.inter);
+  c.rows("y", y, 2);
+  c.need(y.dim(0) == R && y.dim(1) == s.hidden, "y", y, "[{}, {}]", R, s.hidden);
+  c.index("offsets", offsets, -1);
+  c.need(E >= 1, "offsets", offsets, "[E + 1] for E >= 1");
+  c.need(table.ndim() == 2 && table.dim(0) == kExpertTableRows && table.dim(1) == E &&
+             table.is_contiguous(),
+         "table", table, "contiguous [{}, {}]", int64_t{kExpertTableRows}, E);
+  c.dtype("table", table, {DType::kI64});
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"x", &x}, {"h", &h}, {"y", &y}})
+    c.dtype(name, *t, {DType::kBF16});
+  c.on_device("x", x);
+  c.on_device("h", h);
+  c.on_device("table", table);
+}
+
+inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
+                            const ExpertShapes& s, Tensor& h, Tensor& y) {
+  if (y.device().is_cpu())
+    raise<Unsupported>("moe_experts_fp8 runs FP8 experts on a GPU; {} is on {}", y.str(),
+                       y.device().str());
+  moe_experts_fp8_contract(x, offsets, table, s, h, y);
   if (is_meta(y)) {
-    if (!y.device().is_cpu() && x.dim(0) > 0)
+    if (x.dim(0) > 0)
       trace_scratch(
           y, {{{scratch::moe_experts_fp8_bytes(x.dim(0), s.hidden, s.inter, offsets.numel() - 1),
                 DType::kFP8E4M3, MemTag::kWorkspace},
@@ -53,10 +83,10 @@ inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets,
     return;
   }
 #ifdef MLASERVE_CUDA
-  if (!y.device().is_cpu()) return cuda::moe_experts_fp8(x, offsets, table, s, h, y);
+  cuda::moe_experts_fp8(x, offsets, table, s, h, y);
+#else
+  raise<Unsupported>("moe_experts_fp8: this build has no CUDA backend");
 #endif
-  raise<Unsupported>("moe_experts_fp8 runs FP8 experts on a GPU; {} is on {}", y.str(),
-                     y.device().str());
 }
 
 }  // namespace mls::ops

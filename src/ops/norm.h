@@ -15,6 +15,41 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Te
 void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y);
 }  // namespace cuda
 
+// x and y [T, n] with unit inner stride (y may alias x), w contiguous f32 [n], one device.
+inline void rms_norm_contract(const Tensor& x, const Tensor& w, float, const Tensor& y,
+                              const char* op = "rms_norm") {
+  const Contract c(op, y);
+  c.rows("x", x, 2);
+  c.rows("y", y, 2);
+  c.need(y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1), "y", y, "x's shape {}", x.shape().str());
+  c.need(w.numel() == x.dim(1) && w.is_contiguous(), "w", w, "contiguous with {} elements",
+         x.dim(1));
+  c.dtype("w", w, {DType::kF32});
+  c.activation("x", x);
+  c.activation("y", y);
+  c.on_device("x", x);
+  c.on_device("w", w);
+}
+// And b like w.
+inline void layer_norm_contract(const Tensor& x, const Tensor& w, const Tensor& b, float eps,
+                                const Tensor& y) {
+  rms_norm_contract(x, w, eps, y, "layer_norm");
+  const Contract c("layer_norm", y);
+  c.need(b.shape() == w.shape() && b.is_contiguous(), "b", b, "contiguous like w {}", w.str());
+  c.dtype("b", b, {DType::kF32});
+  c.on_device("b", b);
+}
+// And delta like x.
+inline void add_rms_norm_contract(const Tensor& x, const Tensor& delta, const Tensor& w, float eps,
+                                  const Tensor& y) {
+  rms_norm_contract(x, w, eps, y, "add_rms_norm");
+  const Contract c("add_rms_norm", y);
+  c.rows("delta", delta, 2);
+  c.need(delta.shape() == x.shape(), "delta", delta, "x's shape {}", x.shape().str());
+  c.activation("delta", delta);
+  c.on_device("delta", delta);
+}
+
 // y = w * x / sqrt(mean(x²) + eps). y may alias x.
 inline void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
   MLS_DISPATCH(y, rms_norm, x, w, eps, y);

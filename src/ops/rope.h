@@ -51,6 +51,20 @@ void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTa
                 RopeStyle style);
 }
 
+// x [T, H, D] or [T, D] with unit inner stride, columns [offset, offset + dim) inside D, dim even;
+// positions contiguous i32 [T] on x's device.
+inline void apply_rope_contract(const Tensor& x, int64_t offset, const Tensor& positions,
+                                const RopeTable& table, RopeStyle) {
+  const Contract c("apply_rope", x);
+  const int d = table.dim();
+  c.need((x.ndim() == 2 || x.ndim() == 3) && x.stride(-1) == 1 && d % 2 == 0 && offset >= 0 &&
+             offset + d <= x.dim(-1),
+         "x", x, "[T, (H,) D] with unit inner stride holding the even rotary dim {} at offset {}",
+         d, offset);
+  c.index("positions", positions, x.dim(0));
+  c.activation("x", x);
+}
+
 // x: [T, H, D] (or [T, D] for one head), strided rows allowed. Rotates x[t, h, offset:offset+dim]
 // by positions[t] (i32 [T]). Interleaved input pairs are written back half-split.
 inline void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTable& table,

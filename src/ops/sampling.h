@@ -40,30 +40,38 @@ struct RowSampling {
 // partial sums of a row in shared memory).
 inline constexpr int64_t kSampleMaxVocab = int64_t{1} << 18;
 
-// Shapes and dtypes both backends require: logits f32 [R, V] (unit inner stride), ids i32 [R],
-// logprobs f32 [R].
-inline void check_sample_rows(const Tensor& logits, int64_t R, const Tensor& ids,
-                              const Tensor& logprobs) {
-  if (logits.ndim() != 2 || logits.dim(0) != R || logits.stride(1) != 1 || ids.ndim() != 1 ||
-      ids.dim(0) != R || logprobs.ndim() != 1 || logprobs.dim(0) != R)
-    raise<ShapeError>("sample_rows: logits {} ids {} logprobs {} for {} rows", logits.str(),
-                      ids.str(), logprobs.str(), R);
-  if (logits.dtype() != DType::kF32 || ids.dtype() != DType::kI32 ||
-      logprobs.dtype() != DType::kF32)
-    raise<ShapeError>("sample_rows: logits {} and logprobs {} must be f32, ids {} i32",
-                      logits.str(), logprobs.str(), ids.str());
+// logits f32 [R, V] (unit inner stride, 1 <= V <= kSampleMaxVocab), ids i32 [R], logprobs f32
+// [R], one device.
+inline void sample_rows_contract(const Tensor& logits, std::span<const RowSampling> rows,
+                                 const Tensor& ids, const Tensor& logprobs) {
+  const Contract c("sample_rows", ids);
+  const auto R = static_cast<int64_t>(rows.size());
+  c.rows("logits", logits, 2);
+  c.need(logits.dim(0) == R, "logits", logits, "[{}, V] (one row per sampling row)", R);
+  c.need(ids.ndim() == 1 && ids.dim(0) == R, "ids", ids, "[{}]", R);
+  c.need(logprobs.ndim() == 1 && logprobs.dim(0) == R, "logprobs", logprobs, "[{}]", R);
+  c.dtype("logits", logits, {DType::kF32});
+  c.dtype("ids", ids, {DType::kI32});
+  c.dtype("logprobs", logprobs, {DType::kF32});
+  c.on_device("logits", logits);
+  c.on_device("logprobs", logprobs);
+  if (R > 0 && (logits.dim(1) == 0 || logits.dim(1) > kSampleMaxVocab))
+    raise<Unsupported>("sample_rows: a vocabulary of {} (1..{} supported)", logits.dim(1),
+                       kSampleMaxVocab);
 }
 
 // Allowed-token masks (structured outputs): mask i32 [R, ceil(V / 32)], bit (t % 32) of word
 // t / 32 of row r set when token t may be drawn for row r; every other logit of the row becomes
 // -inf, in place, before sample_rows. Rows of all ones are left as they are.
-inline void check_token_mask(const Tensor& logits, const Tensor& mask) {
-  if (logits.ndim() != 2 || logits.stride(1) != 1 || logits.dtype() != DType::kF32 ||
-      mask.ndim() != 2 || mask.dim(0) != logits.dim(0) ||
-      mask.dim(1) != (logits.dim(1) + 31) / 32 || mask.dtype() != DType::kI32 ||
-      !mask.is_contiguous() || mask.device() != logits.device())
-    raise<ShapeError>("apply_token_mask: logits {} on {} and mask {} on {} do not fit",
-                      logits.str(), logits.device().str(), mask.str(), mask.device().str());
+inline void apply_token_mask_contract(const Tensor& logits, const Tensor& mask) {
+  const Contract c("apply_token_mask", logits);
+  c.rows("logits", logits, 2);
+  c.dtype("logits", logits, {DType::kF32});
+  c.need(mask.ndim() == 2 && mask.dim(0) == logits.dim(0) &&
+             mask.dim(1) == (logits.dim(1) + 31) / 32 && mask.is_contiguous(),
+         "mask", mask, "contiguous [{}, {}]", logits.dim(0), (logits.dim(1) + 31) / 32);
+  c.dtype("mask", mask, {DType::kI32});
+  c.on_device("mask", mask);
 }
 
 namespace cpu {

@@ -14,15 +14,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   const int64_t T = q.dim(0), H = q.dim(1), Dk = q.dim(2);
   const PagedKeys& pg = args.pages;
   const int64_t Hk = k.dim(1), Dv = v.dim(2);
-  if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3 || out.ndim() != 3 || k.dim(2) != Dk ||
-      v.dim(0) != k.dim(0) || v.dim(1) != Hk || (Hk != 1 && Hk != H) || out.dim(0) != T ||
-      out.dim(1) != H || out.dim(2) != Dv || q_pos.numel() != T || q.stride(2) != 1 ||
-      k.stride(2) != 1 || v.stride(2) != 1 || out.stride(2) != 1)
-    raise<ShapeError>("attention: q {} k {} v {} out {} positions {} do not fit", q.str(), k.str(),
-                      v.str(), out.str(), q_pos.str());
   const Tensor* allowed = args.allowed;
-  if (allowed && (allowed->ndim() != 2 || allowed->dim(0) != T || !allowed->is_contiguous()))
-    raise<ShapeError>("attention: allowed {} must be [{}, K]", allowed->str(), T);
   const int32_t* pos = q_pos.data<int32_t>();
   check_key_range("attention", q_pos, pg, k.dim(0));
 

@@ -11,17 +11,6 @@
 namespace mls::ops::cpu {
 namespace {
 
-void check_shapes(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
-                  const PagedKeys& pages, int64_t rows_out) {
-  const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2);
-  if (q.ndim() != 3 || k.ndim() != 2 || k.dim(1) != D || w.dim(0) != T || w.dim(1) != H ||
-      rows_out != T || q_pos.numel() != T || q.stride(2) != 1 || k.stride(1) != 1 ||
-      w.stride(1) != 1)
-    raise<ShapeError>("indexer_topk: q {} k {} w {} do not fit {} rows", q.str(), k.str(), w.str(),
-                      rows_out);
-  check_key_range("indexer_topk", q_pos, pages, k.dim(0));
-}
-
 // Scores of query row t against its valid keys 0..q_pos[t].
 void score_row(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos, float scale,
                const PagedKeys& pages, int64_t t, std::vector<float>& score) {
@@ -51,10 +40,7 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
                   const Tensor& row_len, float scale, const PagedKeys& pages, TopkTieOrder order,
                   Tensor& chosen) {
   const int64_t T = q.dim(0), topk = chosen.dim(1);
-  check_shapes(q, k, w, q_pos, pages, chosen.dim(0));
-  if (row_len.numel() != T || !chosen.is_contiguous())
-    raise<ShapeError>("indexer_topk: row_len {} and chosen {} must cover {} rows", row_len.str(),
-                      chosen.str(), T);
+  check_key_range("indexer_topk", q_pos, pages, k.dim(0));
   const int32_t* pos = q_pos.data<int32_t>();
   const int32_t* len = row_len.data<int32_t>();
   for (int64_t t = 0; t < T; ++t)
@@ -97,7 +83,8 @@ std::vector<bool> indexer_ties_at_cut(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& q_pos, float scale, const PagedKeys& pages,
                                       int64_t topk) {
   const int64_t T = q.dim(0);
-  check_shapes(q, k, w, q_pos, pages, T);
+  indexer_inputs_contract(Contract("indexer_ties_at_cut", q), q, k, w, q_pos, pages, T);
+  check_key_range("indexer_ties_at_cut", q_pos, pages, k.dim(0));
   std::vector<char> tie(T, 0);  // not vector<bool>: rows are written concurrently
   ThreadPool::global().parallel_for(T, 1, [&](int64_t b, int64_t e) {
     std::vector<float> score;

@@ -21,12 +21,6 @@ static void top_k(const std::vector<float>& v, int k, std::vector<std::pair<floa
 void moe_route(const Tensor& logits, const Tensor& bias, const RoutingArgs& a, Tensor& ids,
                Tensor& weights) {
   const int64_t T = logits.dim(0), E = logits.dim(1);
-  if (logits.ndim() != 2 || ids.dim(0) != T || ids.dim(1) != a.top_k || weights.dim(0) != T ||
-      weights.dim(1) != a.top_k || a.top_k > E || E % a.n_group != 0 || a.topk_group > a.n_group ||
-      (bias.defined() && bias.numel() != E) || !logits.is_contiguous())
-    raise<ShapeError>("moe_route: logits {} bias {} ids {} weights {} top_k {} groups {}/{}",
-                      logits.str(), bias.defined() ? bias.str() : "none", ids.str(), weights.str(),
-                      a.top_k, a.topk_group, a.n_group);
   const int64_t per_group = E / a.n_group;
   std::vector<float> s(E), sc(E), group_score(a.n_group), tmp;
   std::vector<int> chosen, groups, best2;
@@ -57,31 +51,31 @@ void moe_route(const Tensor& logits, const Tensor& bias, const RoutingArgs& a, T
     for (int i = 0; i < a.top_k; ++i) {
       float w = s[chosen[i]];
       if (a.norm_topk_prob) w /= (sum + 1e-20f);
-      ids.data<int32_t>()[t * a.top_k + i] = chosen[i];
-      weights.data<float>()[t * a.top_k + i] = w * a.routed_scaling_factor;
+      ids.data<int32_t>()[t * ids.stride(0) + i * ids.stride(1)] = chosen[i];
+      weights.data<float>()[t * weights.stride(0) + i * weights.stride(1)] =
+          w * a.routed_scaling_factor;
     }
   }
 }
 
 void moe_align(const Tensor& ids, int64_t num_experts, Tensor& src_token, Tensor& dest_row,
                Tensor& offsets) {
-  const int64_t T = ids.dim(0), K = ids.ndim() == 2 ? ids.dim(1) : 0;
-  if (ids.ndim() != 2 || !ids.is_contiguous() || src_token.numel() != T * K ||
-      !(dest_row.shape() == ids.shape()) || offsets.numel() != num_experts + 1)
-    raise<ShapeError>("moe_align: ids {} src_token {} dest_row {} offsets {} for {} experts",
-                      ids.str(), src_token.str(), dest_row.str(), offsets.str(), num_experts);
-  const int32_t* id = ids.data<int32_t>();
+  const int64_t T = ids.dim(0), K = ids.dim(1);
+  // Pair i = (t, slot) of ids at any strides.
+  const auto id = [&](int64_t i) {
+    return ids.data<int32_t>()[i / K * ids.stride(0) + i % K * ids.stride(1)];
+  };
   int32_t* off = offsets.data<int32_t>();
   std::fill(off, off + num_experts + 1, 0);
   for (int64_t i = 0; i < T * K; ++i) {
-    if (id[i] < 0 || id[i] >= num_experts)
-      raise<ShapeError>("moe_align: expert id {} outside {} experts", id[i], num_experts);
-    ++off[id[i] + 1];
+    if (id(i) < 0 || id(i) >= num_experts)
+      raise<ShapeError>("moe_align: expert id {} outside {} experts", id(i), num_experts);
+    ++off[id(i) + 1];
   }
   for (int64_t e = 0; e < num_experts; ++e) off[e + 1] += off[e];
   std::vector<int32_t> next(off, off + num_experts);
   for (int64_t i = 0; i < T * K; ++i) {  // (token, slot) order: stable within an expert
-    const int32_t r = next[id[i]]++;
+    const int32_t r = next[id(i)]++;
     src_token.data<int32_t>()[r] = static_cast<int32_t>(i / K);
     dest_row.data<int32_t>()[i] = r;
   }
@@ -89,16 +83,13 @@ void moe_align(const Tensor& ids, int64_t num_experts, Tensor& src_token, Tensor
 
 void moe_unpermute(const Tensor& y, const Tensor& dest_row, const Tensor& weights, Tensor& out) {
   const int64_t T = out.dim(0), H = out.dim(1), K = dest_row.dim(1);
-  if (out.ndim() != 2 || y.ndim() != 2 || y.dim(1) != H || dest_row.dim(0) != T ||
-      !(weights.shape() == dest_row.shape()) || y.stride(1) != 1 || out.stride(1) != 1)
-    raise<ShapeError>("moe_unpermute: y {} dest_row {} weights {} out {} do not fit", y.str(),
-                      dest_row.str(), weights.str(), out.str());
   for (int64_t t = 0; t < T; ++t) {
     float* o = out.data<float>() + t * out.stride(0);
     std::fill(o, o + H, 0.0f);
     for (int64_t i = 0; i < K; ++i) {
-      const float wt = weights.data<float>()[t * K + i];
-      const float* src = y.data<float>() + dest_row.data<int32_t>()[t * K + i] * y.stride(0);
+      const float wt = weights.data<float>()[t * weights.stride(0) + i * weights.stride(1)];
+      const int32_t row = dest_row.data<int32_t>()[t * dest_row.stride(0) + i * dest_row.stride(1)];
+      const float* src = y.data<float>() + row * y.stride(0);
       for (int64_t d = 0; d < H; ++d) o[d] += wt * src[d];
     }
   }

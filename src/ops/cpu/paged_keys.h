@@ -10,7 +10,7 @@ inline int64_t key_row(const PagedKeys& p, int64_t t, int32_t j) {
   if (!p.block_tables) return j;
   const int64_t seq = p.token_seq->data<int32_t>()[t];
   const int32_t block =
-      p.block_tables->data<int32_t>()[seq * p.block_tables->dim(1) + j / p.block_size];
+      p.block_tables->data<int32_t>()[seq * p.block_tables->stride(0) + j / p.block_size];
   return static_cast<int64_t>(block) * p.block_size + j % p.block_size;
 }
 

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "core/cuda_context.h"
 #include "ops/copy.h"
 #include "ops/cuda/copy_kernels.h"
@@ -26,33 +28,35 @@ kernels::CopyType copy_type(DType t) {
   }
 }
 
-void check_rows(const char* op, const Tensor& a, const Tensor& b, const Tensor& rows) {
-  if (a.ndim() != 2 || b.ndim() != 2 || a.dim(1) != b.dim(1) || a.dtype() != b.dtype() ||
-      a.stride(1) != 1 || b.stride(1) != 1 || rows.dtype() != DType::kI32 || rows.ndim() != 1 ||
-      a.device() != b.device() || rows.device() != b.device())
-    raise<ShapeError>("{}: src {} on {} rows {} on {} dst {} on {} do not fit", op, a.str(),
-                      a.device().str(), rows.str(), rows.device().str(), b.str(), b.device().str());
-}
-
 }  // namespace
 
 void copy(const Tensor& src, Tensor& dst) {
-  if (src.shape() != dst.shape() || src.ndim() > 4)
-    raise<ShapeError>("copy: {} into {}", src.str(), dst.str());
+  if (src.dtype() != dst.dtype() && (copy_type(src.dtype()) > kernels::CopyType::kBF16 ||
+                                     copy_type(dst.dtype()) > kernels::CopyType::kBF16))
+    raise<Unsupported>("copy on the GPU converts between f32 and bf16 only: {} into {}", src.str(),
+                       dst.str());
   if (src.numel() == 0) return;
   const cudaStream_t s = mls::cuda::stream();
   if (src.device() != dst.device()) {
-    // Host <-> device: one contiguous transfer. From pageable host memory to the device the
-    // call returns once the source is consumed; to pageable host memory it returns when the
-    // data has arrived, so the host may read dst at once.
-    if (src.dtype() != dst.dtype() || !src.is_contiguous() || !dst.is_contiguous())
-      raise<Unsupported>("copy between {} and {}: {} into {} must be contiguous, one dtype",
-                         src.device().str(), dst.device().str(), src.str(), dst.str());
+    // Host <-> device: one contiguous (or row-strided) transfer. From pageable host memory to the
+    // device the call returns once the source is consumed; to pageable host memory it returns when
+    // the data has arrived, so the host may read dst at once.
     const cudaMemcpyKind kind = src.device().is_cpu()   ? cudaMemcpyHostToDevice
                                 : dst.device().is_cpu() ? cudaMemcpyDeviceToHost
                                                         : cudaMemcpyDeviceToDevice;
-    mls::cuda::check(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), kind, s),
-                     "copy (cudaMemcpyAsync)");
+    if (src.is_contiguous() && dst.is_contiguous()) {
+      mls::cuda::check(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), kind, s),
+                       "copy (cudaMemcpyAsync)");
+    } else {
+      // Rows (the contract): one strided transfer; a single row's stride is never used.
+      const size_t es = dtype_size(src.dtype()), row = static_cast<size_t>(src.dim(1)) * es;
+      const auto pitch = [&](const Tensor& t) {
+        return std::max(static_cast<size_t>(t.stride(0)) * es, row);
+      };
+      mls::cuda::check(cudaMemcpy2DAsync(dst.raw(), pitch(dst), src.raw(), pitch(src), row,
+                                         static_cast<size_t>(src.dim(0)), kind, s),
+                       "copy (cudaMemcpy2DAsync)");
+    }
     if (kind == cudaMemcpyDeviceToHost) mls::cuda::synchronize();
     return;
   }
@@ -82,9 +86,6 @@ void copy(const Tensor& src, Tensor& dst) {
 }
 
 void scatter_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
-  check_rows("scatter_rows", src, dst, rows);
-  if (rows.numel() != src.dim(0))
-    raise<ShapeError>("scatter_rows: {} rows for src {}", rows.numel(), src.str());
   const int64_t es = static_cast<int64_t>(dtype_size(src.dtype()));
   mls::cuda::check(kernels::copy_rows(src.raw(), src.stride(0) * es, dst.raw(), dst.stride(0) * es,
                                       rows.data<int32_t>(), src.dim(0), src.dim(1) * es, true,
@@ -93,9 +94,6 @@ void scatter_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
 }
 
 void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
-  check_rows("gather_rows", src, dst, rows);
-  if (rows.numel() != dst.dim(0))
-    raise<ShapeError>("gather_rows: {} rows for dst {}", rows.numel(), dst.str());
   const int64_t es = static_cast<int64_t>(dtype_size(src.dtype()));
   mls::cuda::check(kernels::copy_rows(src.raw(), src.stride(0) * es, dst.raw(), dst.stride(0) * es,
                                       rows.data<int32_t>(), dst.dim(0), dst.dim(1) * es, false,

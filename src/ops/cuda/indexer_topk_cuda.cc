@@ -13,25 +13,8 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
   // valid keys); torch's CPU algorithm exists only on the CPU.
   if (order != TopkTieOrder::kServing)
     raise<Unsupported>("indexer_topk: the torch reference tie order runs on the CPU only");
-  if (q.ndim() != 3 || k.ndim() != 2 || w.ndim() != 2 || chosen.ndim() != 2)
-    raise<ShapeError>("indexer_topk: q {} k {} w {} chosen {} do not fit", q.str(), k.str(),
-                      w.str(), chosen.str());
   const int64_t T = q.dim(0), Hi = q.dim(1), Di = q.dim(2), topk = chosen.dim(1);
-  if (k.dim(1) != Di || w.dim(0) != T || w.dim(1) != Hi || chosen.dim(0) != T || q.stride(2) != 1 ||
-      k.stride(1) != 1 || w.stride(1) != 1 || !chosen.is_contiguous())
-    raise<ShapeError>("indexer_topk: q {} k {} w {} chosen {} do not fit", q.str(), k.str(),
-                      w.str(), chosen.str());
-  if (q.dtype() != DType::kBF16 || k.dtype() != DType::kBF16 ||
-      (w.dtype() != DType::kBF16 && w.dtype() != DType::kF32) || chosen.dtype() != DType::kI32)
-    raise<ShapeError>("indexer_topk: q {} and k {} must be bf16, w {} bf16 or f32, chosen {} i32",
-                      q.str(), k.str(), w.str(), chosen.str());
-  for (const Tensor* t : {&q, &k, &w})
-    if (t->device() != chosen.device() || chosen.device().is_cpu())
-      raise<ShapeError>("indexer_topk: {} is on {}, chosen on {}: all must be on one GPU", t->str(),
-                        t->device().str(), chosen.device().str());
   if (Hi > 64) raise<Unsupported>("indexer_topk: {} heads (the CUDA kernel takes up to 64)", Hi);
-  check_index("indexer_topk", "q_pos", q_pos, T, chosen);
-  check_index("indexer_topk", "row_len", row_len, T, chosen);
 
   kernels::IndexerParams p;
   p.q = q.raw();
@@ -51,7 +34,7 @@ void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tenso
   p.topk = static_cast<int>(topk);
   p.scale = scale;
   p.chosen = chosen.data<int32_t>();
-  set_pages("indexer_topk", pages, T, k.dim(0), chosen, p);
+  set_pages(pages, k.dim(0), p);
   if (T == 0 || topk == 0) return;
 
   // The scratch of ops::indexer_topk_scratch: query rows in groups whose scores fit

@@ -134,17 +134,21 @@ TEST(LinearCuda, ZeroTokensAndEmptyReduction) {
 }
 
 TEST(LinearCuda, RejectsMisfits) {
-  // Shape checks come before any device work, so this runs without a GPU too.
-  Tensor x = Tensor::empty({4, 32}, DType::kBF16, MemTag::kActivation);
-  Tensor w = Tensor::empty({16, 48}, DType::kBF16, MemTag::kActivation);
-  Tensor y = Tensor::empty({4, 16}, DType::kBF16, MemTag::kActivation);
-  EXPECT_THROW(cuda::linear(x, w, y, false), ShapeError);
-  Tensor w8 = Tensor::empty({16, 32}, DType::kFP8E4M3, MemTag::kActivation);
-  EXPECT_THROW(cuda::linear(x, w8, y, false), ShapeError);  // FP8 without block scales
-  Tensor xb = Tensor::empty({4, 2, 32}, DType::kBF16, MemTag::kActivation);
-  Tensor wb = Tensor::empty({3, 16, 32}, DType::kBF16, MemTag::kActivation);
-  Tensor yb = Tensor::empty({4, 2, 16}, DType::kBF16, MemTag::kActivation);
-  EXPECT_THROW(cuda::linear_batched(xb, wb, yb), ShapeError);
+  // The contract comes before any device work: meta tensors for a GPU need none.
+  MetaAllocator meta(Device::cuda(0));
+  const auto empty = [&](const Shape& s, DType t) {
+    return Tensor::empty(s, t, MemTag::kActivation, meta);
+  };
+  Tensor x = empty({4, 32}, DType::kBF16);
+  Tensor w = empty({16, 48}, DType::kBF16);
+  Tensor y = empty({4, 16}, DType::kBF16);
+  EXPECT_THROW(ops::linear(x, w, y, false), ShapeError);
+  Tensor w8 = empty({16, 32}, DType::kFP8E4M3);
+  EXPECT_THROW(ops::linear(x, w8, y, false), ShapeError);  // FP8 without block scales
+  Tensor xb = empty({4, 2, 32}, DType::kBF16);
+  Tensor wb = empty({3, 16, 32}, DType::kBF16);
+  Tensor yb = empty({4, 2, 16}, DType::kBF16);
+  EXPECT_THROW(ops::linear_batched(xb, wb, yb), ShapeError);
 }
 
 // Per-head products through head-strided weight views, as MLA's absorbed attention uses them.

@@ -165,7 +165,7 @@ TEST(MoeCuda, RouteRejectsBadShapes) {
   EXPECT_THROW(moe_route(logits, Tensor(), {3, 1, 8, true, 1.0f}, ids, w), ShapeError);
   EXPECT_THROW(moe_route(logits, Tensor(), {1, 1, 4, true, 1.0f}, ids, w), ShapeError);
   Tensor host_ids = cpu_empty({4, 8}, DType::kI32);
-  EXPECT_THROW(cuda::moe_route(logits, Tensor(), {1, 1, 8, true, 1.0f}, host_ids, w), ShapeError);
+  EXPECT_THROW(moe_route(logits, Tensor(), {1, 1, 8, true, 1.0f}, host_ids, w), ShapeError);
   const Tensor many = to_gpu(random_cpu({4, 2048}, 1), DType::kF32);
   EXPECT_THROW(moe_route(many, Tensor(), {1, 1, 8, true, 1.0f}, ids, w), Unsupported);
 }

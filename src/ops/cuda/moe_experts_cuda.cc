@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
 #include "core/cuda_context.h"
 #include "ops/cuda/fp8_quant_kernels.h"
@@ -13,24 +12,9 @@ namespace mls::ops::cuda {
 void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
                      const ExpertShapes& s, Tensor& h, Tensor& y) {
   const int64_t R = x.dim(0), H = s.hidden, I = s.inter, E = offsets.numel() - 1;
-  if (x.ndim() != 2 || x.dim(1) != H || h.ndim() != 2 || h.dim(0) != R || h.dim(1) != I ||
-      y.ndim() != 2 || y.dim(0) != R || y.dim(1) != H || table.ndim() != 2 ||
-      table.dim(0) != kExpertTableRows || table.dim(1) != E || E < 1 ||
-      E > kernels::kMoeMaxExperts || H % 16 != 0 || I % 16 != 0 || x.stride(1) != 1 ||
-      h.stride(1) != 1 || y.stride(1) != 1 || !table.is_contiguous() || !offsets.is_contiguous())
-    raise<ShapeError>(
-        "moe_experts_fp8: x {} h {} y {} table {} offsets {} (hidden {}, inter {}: multiples of "
-        "16)",
-        x.str(), h.str(), y.str(), table.str(), offsets.str(), H, I);
-  if (x.dtype() != DType::kBF16 || h.dtype() != DType::kBF16 || y.dtype() != DType::kBF16 ||
-      table.dtype() != DType::kI64 || offsets.dtype() != DType::kI32)
-    raise<ShapeError>(
-        "moe_experts_fp8: x, h, y bf16 ({}, {}, {}), table i64 ({}), offsets i32 ({})", x.str(),
-        h.str(), y.str(), table.str(), offsets.str());
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &offsets, &table, &h, &y})
-    if (t->device().is_cpu() || t->device() != y.device())
-      raise<ShapeError>("moe_experts_fp8: {} is on {}, y on {}: all must be on one GPU", t->str(),
-                        t->device().str(), y.device().str());
+  if (E > kernels::kMoeMaxExperts)
+    raise<Unsupported>("moe_experts_fp8 on the GPU: {} experts (at most {})", E,
+                       kernels::kMoeMaxExperts);
   if (R == 0) return;
   const cudaStream_t stream = mls::cuda::stream();
   // The scratch of scratch::moe_experts_fp8_bytes, in its order.

@@ -21,7 +21,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
     if (config.quant.fp8) ckpt->set_fp8_block_size(config.quant.block_n, config.quant.block_k);
   }
   ModelWeights w = load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc,
-                                opts.progress);
+                                opts.progress, opts.mtp);
   return std::make_unique<Model>(std::move(config), std::move(w), opts.parallel, alloc,
                                  opts.topk_tie_order);
 }
@@ -38,10 +38,12 @@ Model::Model(io::ModelConfig config, ModelWeights weights, const ParallelContext
   // Absorbed decode needs W_UKᵀ per local head: [rkv, dn] from kv_b_proj's k rows.
   const int64_t nh = k_.local_heads, dn = config_.qk_nope_head_dim, dv = config_.v_head_dim;
   const int64_t rkv = config_.kv_lora_rank;
-  for (LayerWeights& l : w_.layers) {
+  auto absorb = [&](LayerWeights& l) {
     l.w_uk_t = Tensor::empty({nh, rkv, dn}, l.kv_b_proj.dtype(), MemTag::kWeights, alloc);
     ops::copy(l.kv_b_proj.view({nh, dn + dv, rkv}).narrow(1, 0, dn).transpose(1, 2), l.w_uk_t);
-  }
+  };
+  for (LayerWeights& l : w_.layers) absorb(l);
+  for (MtpWeights& m : w_.mtp) absorb(m.block);
 }
 
 Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,

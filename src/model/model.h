@@ -22,6 +22,7 @@ struct LoadOptions {
   Allocator* alloc = nullptr;  // default_allocator() when null
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;
   WeightLoadProgress progress = nullptr;  // optional
+  bool mtp = false;                       // also load the MTP layers (speculative decoding)
 };
 
 class Model {

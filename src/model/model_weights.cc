@@ -155,8 +155,10 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
       const std::string pre = fmt::format("model.layers.{}.", L);
       whole(pre + "enorm.weight", {H}, &m.enorm);
       whole(pre + "hnorm.weight", {H}, &m.hnorm);
-      // Replicated, as vLLM keeps it: a [T, 2H] × [2H, H] GEMM per draft step.
-      whole(pre + "eh_proj.weight", {H, 2 * H}, &m.eh_proj);
+      // Replicated, as vLLM keeps it; read as its embedding and hidden halves (no concat).
+      by_cols(pre + "eh_proj.weight", {H, 2 * H}, 0, H, &m.eh_proj_e);
+      gemm();
+      by_cols(pre + "eh_proj.weight", {H, 2 * H}, H, H, &m.eh_proj_h);
       gemm();
       whole(pre + "shared_head.norm.weight", {H}, &m.head_norm);
       decoder_layer(L, m.block);

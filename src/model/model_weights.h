@@ -55,7 +55,9 @@ struct FusedAColumns {
 // One multi-token-prediction layer (docs/reference.md): the embedding and lm_head it uses are
 // the model's; head_norm is its own final norm (shared_head.norm).
 struct MtpWeights {
-  Tensor enorm, hnorm, eh_proj, head_norm;
+  Tensor enorm, hnorm, head_norm;
+  // eh_proj [H, 2H] as its two column halves: eh_proj · [e ; g] = eh_proj_e · e + eh_proj_h · g.
+  Tensor eh_proj_e, eh_proj_h;
   LayerWeights block;  // decoder layer num_hidden_layers + j
 };
 

@@ -59,7 +59,9 @@ TEST(MtpWeights, LoadedForEveryFamilyOnlyWhenAsked) {
     ASSERT_EQ(with.weights.mtp.size(), 1u);
     const MtpWeights& m = with.weights.mtp[0];
     const LayerWeights& last = with.weights.layers.back();
-    EXPECT_EQ(m.eh_proj.shape(), Shape({c.hidden_size, 2 * c.hidden_size}));
+    EXPECT_EQ(m.eh_proj_e.shape(), Shape({c.hidden_size, c.hidden_size}));
+    EXPECT_EQ(m.eh_proj_h.shape(), Shape({c.hidden_size, c.hidden_size}));
+    EXPECT_NE(values(m.eh_proj_e), values(m.eh_proj_h));
     EXPECT_EQ(m.enorm.shape(), Shape({c.hidden_size}));
     EXPECT_NE(values(m.enorm), values(m.hnorm));
     EXPECT_NE(values(m.hnorm), values(m.head_norm));
@@ -87,7 +89,7 @@ TEST(MtpWeights, ShardedLikeTheMainLayers) {
     const MtpWeights& m = part.weights.mtp[0];
     EXPECT_EQ(m.block.o_proj.shape(), part.weights.layers.back().o_proj.shape());
     EXPECT_EQ(m.block.o_proj.dim(1) * 2, full.weights.mtp[0].block.o_proj.dim(1));
-    EXPECT_EQ(values(m.eh_proj), values(full.weights.mtp[0].eh_proj));  // replicated
+    EXPECT_EQ(values(m.eh_proj_h), values(full.weights.mtp[0].eh_proj_h));  // replicated
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/speculative_config.h"
 #include "ops/copy.h"
 
 namespace mls {
@@ -34,7 +35,9 @@ SpeculativeResult generate_greedy_speculative(const Model& model, std::span<cons
                                               int64_t block_size) {
   const int64_t k = num_speculative_tokens;
   if (prompt.empty()) raise<InvalidArgument>("the prompt must hold at least one token");
-  if (k < 1) raise<InvalidArgument>("num_speculative_tokens must be at least 1, found {}", k);
+  if (k < 1 || k > kMaxSpeculativeTokens)
+    raise<InvalidArgument>("num_speculative_tokens must be in [1, {}], found {}",
+                           kMaxSpeculativeTokens, k);
   if (model.num_mtp_layers() == 0)
     raise<InvalidArgument>("speculative decoding needs the model loaded with its MTP layers");
   if (model.parallel().tp_size != 1)

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "engine/model_runner.h"
 #include "engine/simple_generator.h"
+#include "engine/speculative_config.h"
 #include "io/test_dir.h"
 #include "model/mtp_test_checkpoint.h"
 
@@ -119,6 +120,8 @@ TEST(SpeculativeGenerator, NeedsTheMtpLayer) {
   EXPECT_THROW(generate_greedy_speculative(*plain, kPrompt, 4, 1), InvalidArgument);
   const Case c("tiny-dsv32");
   EXPECT_THROW(generate_greedy_speculative(*c.model, kPrompt, 4, 0), InvalidArgument);
+  EXPECT_THROW(generate_greedy_speculative(*c.model, kPrompt, 4, kMaxSpeculativeTokens + 1),
+               InvalidArgument);
 }
 
 }  // namespace

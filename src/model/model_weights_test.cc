@@ -1,5 +1,6 @@
 #include "model/model_weights.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,7 +62,18 @@ TEST(MtpWeights, LoadedForEveryFamilyOnlyWhenAsked) {
     const LayerWeights& last = with.weights.layers.back();
     EXPECT_EQ(m.eh_proj_e.shape(), Shape({c.hidden_size, c.hidden_size}));
     EXPECT_EQ(m.eh_proj_h.shape(), Shape({c.hidden_size, c.hidden_size}));
-    EXPECT_NE(values(m.eh_proj_e), values(m.eh_proj_h));
+    // eh_proj's first H input columns multiply the embedding, the last H the hidden state.
+    std::vector<float> eh(static_cast<size_t>(2 * c.hidden_size * c.hidden_size));
+    io::Checkpoint::open(dir.path())
+        .read_f32(fmt::format("model.layers.{}.eh_proj.weight", c.num_hidden_layers),
+                  {c.hidden_size, 2 * c.hidden_size}, eh.data());
+    for (int64_t row : {int64_t{0}, c.hidden_size - 1}) {
+      const float* stored = eh.data() + row * 2 * c.hidden_size;
+      EXPECT_EQ(std::vector<float>(stored, stored + c.hidden_size),
+                values(m.eh_proj_e.narrow(0, row, 1)));
+      EXPECT_EQ(std::vector<float>(stored + c.hidden_size, stored + 2 * c.hidden_size),
+                values(m.eh_proj_h.narrow(0, row, 1)));
+    }
     EXPECT_EQ(m.enorm.shape(), Shape({c.hidden_size}));
     EXPECT_NE(values(m.enorm), values(m.hnorm));
     EXPECT_NE(values(m.hnorm), values(m.head_norm));

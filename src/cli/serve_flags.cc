@@ -10,6 +10,8 @@
 #include <map>
 
 #include "chat/tool_parser.h"
+#include "core/error.h"
+#include "engine/speculative_config.h"
 #include "server/cors.h"
 
 namespace mls::cli {
@@ -139,17 +141,10 @@ std::string set_generation_overrides(ServeFlags& f, const std::string& v) {
 std::string check_speculative(ServeFlags&, const std::string& v) {
   ojson j;
   if (std::string e = set_json_object(j, v); !e.empty()) return e;
-  for (const auto& [k, val] : j.items()) {
-    if (k == "method") {
-      if (!val.is_string()) return "'method' must be a string";
-      const std::string m = val.get<std::string>();
-      if (m != "mtp" && m != "deepseek_mtp" && m != "ngram" && m != "eagle" && m != "eagle3")
-        return fmt::format("unknown method '{}' (vLLM's: mtp, deepseek_mtp, ngram, eagle, eagle3)",
-                           m);
-    } else if (k == "num_speculative_tokens") {
-      if (!val.is_number_integer() || val.get<int64_t>() < 1)
-        return "'num_speculative_tokens' must be a positive integer";
-    }
+  try {
+    SpeculativeConfig::parse(j);
+  } catch (const InvalidArgument& e) {
+    return e.what();
   }
   return "";
 }

@@ -101,9 +101,24 @@ TEST(ServeFlags, MtpIsValidatedThenRejected) {
   const ParsedServe bad =
       parse({"m", "--speculative-config", "{\"method\": \"mtp\", \"num_speculative_tokens\": 0}"});
   ASSERT_EQ(bad.errors.size(), 1u);
-  EXPECT_NE(bad.errors[0].find("'num_speculative_tokens' must be a positive integer"),
+  EXPECT_NE(bad.errors[0].find("'num_speculative_tokens' must be an integer in [1, 4], found 0"),
             std::string::npos)
       << bad.errors[0];
+  // Each problem names its key; other drafting methods are not built.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"method": "mtp", "num_speculative_tokens": 5})", "in [1, 4], found 5"},
+      {R"({"method": "deepseek_mtp"})", "'num_speculative_tokens' is required"},
+      {R"({"num_speculative_tokens": 2})", "'method' is required"},
+      {R"({"method": "eagle3", "num_speculative_tokens": 2})", "method 'eagle3' is not built"},
+      {R"({"method": "mtpx", "num_speculative_tokens": 2})", "unknown method 'mtpx'"},
+      {R"({"method": "mtp", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1})",
+       "key 'draft_tensor_parallel_size' is not supported"},
+  };
+  for (const auto& [json, message] : cases) {
+    const ParsedServe p = parse({"m", "--speculative-config", json});
+    ASSERT_EQ(p.errors.size(), 1u) << json;
+    EXPECT_NE(p.errors[0].find(message), std::string::npos) << p.errors[0];
+  }
 }
 
 TEST(ServeFlags, GoldenLinePerClass) {

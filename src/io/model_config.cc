@@ -321,6 +321,10 @@ ModelConfig ModelConfig::from_json(const json& j, std::string_view source_name) 
   if (c.num_hidden_layers > kMaxLayers)
     f.fail("num_hidden_layers", "is {}; at most {} are supported", c.num_hidden_layers, kMaxLayers);
   c.num_attention_heads = f.positive("num_attention_heads");
+  c.num_nextn_predict_layers = f.opt_integer("num_nextn_predict_layers").value_or(0);
+  if (c.num_nextn_predict_layers < 0 || c.num_nextn_predict_layers > kMaxLayers)
+    f.fail("num_nextn_predict_layers", "must be in [0, {}], found {}", kMaxLayers,
+           c.num_nextn_predict_layers);
 
   c.q_lora_rank = f.opt_integer("q_lora_rank").value_or(0);
   if (c.q_lora_rank < 0) f.fail("q_lora_rank", "must not be negative, found {}", c.q_lora_rank);
@@ -408,6 +412,19 @@ ModelConfig ModelConfig::load(const fs::path& dir) {
   return c;
 }
 
+bool ModelConfig::is_moe(int64_t layer) const {
+  MLS_CHECK(layer >= 0 && layer < num_hidden_layers + num_nextn_predict_layers,
+            "layer {} of {} + {} MTP", layer, num_hidden_layers, num_nextn_predict_layers);
+  return layer < num_hidden_layers ? layer_is_moe[static_cast<size_t>(layer)] : layer_is_moe.back();
+}
+
+IndexerKind ModelConfig::indexer(int64_t layer) const {
+  MLS_CHECK(layer >= 0 && layer < num_hidden_layers + num_nextn_predict_layers,
+            "layer {} of {} + {} MTP", layer, num_hidden_layers, num_nextn_predict_layers);
+  if (layer < num_hidden_layers) return layer_indexer[static_cast<size_t>(layer)];
+  return has_indexer ? IndexerKind::kFull : IndexerKind::kNone;
+}
+
 json ModelConfig::to_json() const {
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   std::vector<std::string> mlp, indexer;
@@ -423,6 +440,7 @@ json ModelConfig::to_json() const {
       {"intermediate_size", intermediate_size},
       {"moe_intermediate_size", moe_intermediate_size},
       {"num_hidden_layers", num_hidden_layers},
+      {"num_nextn_predict_layers", num_nextn_predict_layers},
       {"num_attention_heads", num_attention_heads},
       {"q_lora_rank", q_lora_rank},
       {"kv_lora_rank", kv_lora_rank},

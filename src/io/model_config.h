@@ -48,6 +48,8 @@ struct ModelConfig {
   int64_t intermediate_size = 0;      // dense MLP layers
   int64_t moe_intermediate_size = 0;  // each routed and shared expert
   int64_t num_hidden_layers = 0;      // MTP layers stored past this index are not part of the model
+  // Multi-token-prediction layers, stored at index num_hidden_layers + j (docs/reference.md).
+  int64_t num_nextn_predict_layers = 0;
   int64_t num_attention_heads = 0;
 
   int64_t q_lora_rank = 0;  // 0: a plain q_proj instead of q_a_proj / q_b_proj
@@ -85,6 +87,11 @@ struct ModelConfig {
   QuantConfig quant;
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // Layer L's MLP and indexer, for the main layers and the MTP layers (L in [num_hidden_layers,
+  // + num_nextn_predict_layers)) alike: an MTP layer's MLP is of the last main layer's kind, and
+  // on DSA models it owns its indexer (its top-k cannot come from another forward).
+  bool is_moe(int64_t layer) const;
+  IndexerKind indexer(int64_t layer) const;
 
   // Reads dir/config.json and, when present, dir/generation_config.json (extra eos ids).
   // Throws mls::ConfigError naming the file and the field.

@@ -279,6 +279,48 @@ TEST(ModelConfig, QLoraRankNullMeansPlainQProj) {
   EXPECT_EQ(parse(j).q_lora_rank, 0);
 }
 
+TEST(ModelConfig, MtpLayers) {
+  // Absent: no MTP layers. tiny-dsv3's config says 1 (transformers' default), its weights hold
+  // none.
+  EXPECT_EQ(ModelConfig::load(kData / "tiny-dsv32").num_nextn_predict_layers, 0);
+  EXPECT_EQ(ModelConfig::load(kData / "tiny-dsv3").num_nextn_predict_layers, 1);
+  for (const char* name : {"tiny-dsv3", "tiny-dsv32", "tiny-glm5"}) {
+    json j = fixture_json(name);
+    j["num_nextn_predict_layers"] = 2;
+    const ModelConfig c = parse(j);
+    EXPECT_EQ(c.num_nextn_predict_layers, 2) << name;
+    EXPECT_EQ(c.to_json()["num_nextn_predict_layers"], 2) << name;
+    // The per-layer tables stay the main model's; layers N and N + 1 are the MTP layers.
+    EXPECT_EQ(static_cast<int64_t>(c.layer_is_moe.size()), c.num_hidden_layers) << name;
+    for (int64_t L = c.num_hidden_layers; L < c.num_hidden_layers + 2; ++L) {
+      EXPECT_TRUE(c.is_moe(L)) << name;
+      EXPECT_EQ(c.indexer(L), c.has_indexer ? F : IndexerKind::kNone) << name;
+    }
+    EXPECT_EQ(c.is_moe(0), c.layer_is_moe[0]) << name;
+    EXPECT_EQ(c.indexer(1), c.layer_indexer[1]) << name;
+    EXPECT_THROW(c.is_moe(c.num_hidden_layers + 2), Error) << name;
+    EXPECT_THROW(c.indexer(-1), Error) << name;
+  }
+  // A GLM-5 whose last main layer shares its top-k: the MTP layer still owns an indexer.
+  json glm = fixture_json("tiny-glm5");
+  glm["num_nextn_predict_layers"] = 1;
+  glm["indexer_types"] = {"full", "shared", "full", "shared"};
+  const ModelConfig g = parse(glm);
+  EXPECT_EQ(g.indexer(3), S);
+  EXPECT_EQ(g.indexer(4), F);
+  // Dense last layer: a dense MTP block.
+  json dense = fixture_json("tiny-dsv3");
+  dense["num_nextn_predict_layers"] = 1;
+  dense["first_k_dense_replace"] = 4;
+  EXPECT_FALSE(parse(dense).is_moe(4));
+
+  json bad = fixture_json("tiny-dsv32");
+  bad["num_nextn_predict_layers"] = -1;
+  expect_error(bad, {"'num_nextn_predict_layers'", "must be in [0, 4096], found -1"});
+  bad["num_nextn_predict_layers"] = "1";
+  expect_error(bad, {"'num_nextn_predict_layers'", "must be an integer"});
+}
+
 TEST(ModelConfig, MalformedConfigs) {
   const json base = fixture_json("tiny-dsv32");
   json j = base;

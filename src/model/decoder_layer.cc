@@ -54,7 +54,7 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
     MlaAttention mla(c, k, layer);
     Tensor q, q_resid;
     mla.project(w, step, kv.latent[layer], proj, h_all, q, q_resid);
-    switch (c.layer_indexer[layer]) {
+    switch (c.indexer(layer)) {
       case io::IndexerKind::kFull:
         chosen = dsa_indexer(c, k, layer, w, step, kv.index_key[layer], proj, q_resid);
         break;
@@ -73,7 +73,7 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
   const Tensor h_mlp = gather_from_layout(h, layout, step, par, a);
   MLS_CHECK(h_mlp.dim(0) == N, "MLP input has {} rows for {} tokens", h_mlp.dim(0), N);
   Tensor mlp_out = Tensor::empty({N, H}, dt, act, a);
-  if (c.layer_is_moe[layer])
+  if (c.is_moe(layer))
     moe_forward(c, w, h_mlp, mlp_out, a);
   else
     mlp_forward(w.dense, h_mlp, mlp_out, a);

@@ -22,11 +22,12 @@ struct KvCache {
   std::vector<Tensor> latent;     // per layer [num_blocks · block_size, rkv + dr]
   std::vector<Tensor> index_key;  // per layer [num_blocks · block_size, Di], or undefined
 
-  // dtype: the device's activation dtype (f32 on the CPU, bf16 on the GPU).
+  // dtype: the device's activation dtype (f32 on the CPU, bf16 on the GPU). With `mtp`, the
+  // MTP layers' caches follow the main layers' (layer num_hidden_layers + j).
   static KvCache allocate(const io::ModelConfig& c, int64_t num_blocks, int64_t block_size,
-                          DType dtype, Allocator& alloc);
+                          DType dtype, Allocator& alloc, bool mtp = false);
   // Bytes one token occupies across all layers (what the planner divides the budget by).
-  static int64_t bytes_per_token(const io::ModelConfig& c, DType dtype);
+  static int64_t bytes_per_token(const io::ModelConfig& c, DType dtype, bool mtp = false);
 };
 
 }  // namespace mls

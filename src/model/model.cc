@@ -21,7 +21,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
     if (config.quant.fp8) ckpt->set_fp8_block_size(config.quant.block_n, config.quant.block_k);
   }
   ModelWeights w = load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc,
-                                opts.progress);
+                                opts.progress, opts.mtp);
   return std::make_unique<Model>(std::move(config), std::move(w), opts.parallel, alloc,
                                  opts.topk_tie_order);
 }
@@ -38,14 +38,16 @@ Model::Model(io::ModelConfig config, ModelWeights weights, const ParallelContext
   // Absorbed decode needs W_UKᵀ per local head: [rkv, dn] from kv_b_proj's k rows.
   const int64_t nh = k_.local_heads, dn = config_.qk_nope_head_dim, dv = config_.v_head_dim;
   const int64_t rkv = config_.kv_lora_rank;
-  for (LayerWeights& l : w_.layers) {
+  auto absorb = [&](LayerWeights& l) {
     l.w_uk_t = Tensor::empty({nh, rkv, dn}, l.kv_b_proj.dtype(), MemTag::kWeights, alloc);
     ops::copy(l.kv_b_proj.view({nh, dn + dv, rkv}).narrow(1, 0, dn).transpose(1, 2), l.w_uk_t);
-  }
+  };
+  for (LayerWeights& l : w_.layers) absorb(l);
+  for (MtpWeights& m : w_.mtp) absorb(m.block);
 }
 
-Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
-                      const ForwardObserver& observer) const {
+Tensor Model::forward(const ForwardBatch& batch, KvCache& kv, const ForwardObserver& observer,
+                      Tensor* hidden) const {
   Allocator& a = *alloc_;
   const auto act = MemTag::kActivation;
   const int64_t N = batch.num_tokens(), H = config_.hidden_size;
@@ -77,11 +79,73 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv,
   ops::rms_norm(x, w_.final_norm, static_cast<float>(config_.rms_norm_eps), x);
   observe("final_norm", x);
   const Tensor normed = layout.is_sharded() ? all_gather_trim(x, layout, N, *par_.comm, a) : x;
+  if (hidden) *hidden = normed;
 
   // Only the rows that produce logits go through lm_head.
-  const int64_t R = batch.num_logit_rows();
-  Tensor rows = Tensor::empty({R, H}, k_.act, act, a);
+  Tensor rows = Tensor::empty({batch.num_logit_rows(), H}, k_.act, act, a);
   ops::gather_rows(normed, step.logit_rows, rows);
+  return lm_head(rows);
+}
+
+Tensor Model::forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, KvCache& kv,
+                          Tensor& hidden, int64_t j) const {
+  if (j < 0 || j >= num_mtp_layers())
+    raise<InvalidArgument>("MTP layer {} requested; {} loaded", j, num_mtp_layers());
+  if (par_.sequence_parallel && par_.tp_size > 1)
+    raise<Unsupported>(
+        "the MTP layer runs with a replicated residual stream, not under "
+        "sequence parallelism");
+  Allocator& a = *alloc_;
+  const auto act = MemTag::kActivation;
+  const int64_t N = batch.num_tokens(), H = config_.hidden_size;
+  const int64_t layer = config_.num_hidden_layers + j;
+  if (static_cast<int64_t>(kv.latent.size()) <= layer)
+    raise<InvalidArgument>(
+        "the KV cache holds {} layers; MTP layer {} needs it allocated with "
+        "its MTP layers",
+        kv.latent.size(), layer);
+  if (prev_hidden.dim(0) != N || prev_hidden.dim(1) != H)
+    raise<ShapeError>("MTP input hidden states {} for {} tokens of width {}",
+                      prev_hidden.shape().str(), N, H);
+  for (int32_t id : batch.token_ids)
+    if (id < 0 || id >= config_.vocab_size)
+      raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config_.vocab_size);
+  const MtpWeights& m = w_.mtp[static_cast<size_t>(j)];
+  const TokenLayout layout = TokenLayout::replicated(N);
+  StepContext step(batch, kv.block_size, 0, N, a);
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+
+  Tensor e = Tensor::empty({N, H}, k_.act, act, a);
+  ops::embedding(w_.embed, step.local_ids, 0, e);
+  ops::rms_norm(e, m.enorm, eps, e);
+  // vLLM zeroes the embedding at position 0, where no hidden state precedes the token.
+  int64_t row = 0;
+  for (const SequenceChunk& sc : batch.seqs) {
+    if (sc.num_cached == 0 && sc.num_new > 0) {
+      Tensor first = e.narrow(0, row, 1);
+      ops::scale(first, 0.0f, first);
+    }
+    row += sc.num_new;
+  }
+  Tensor g = Tensor::empty({N, H}, k_.act, act, a);
+  ops::rms_norm(prev_hidden, m.hnorm, eps, g);
+  // eh_proj · [e ; g], as its two column halves.
+  hidden = Tensor::empty({N, H}, k_.act, act, a);
+  ops::linear(e, m.eh_proj_e, hidden);
+  ops::linear(g, m.eh_proj_h, hidden, /*accumulate=*/true);
+  Tensor chosen;
+  decoder_layer_forward(config_, k_, par_, layout, layer, m.block, step, kv, hidden, chosen);
+
+  Tensor rows = Tensor::empty({batch.num_logit_rows(), H}, k_.act, act, a);
+  ops::gather_rows(hidden, step.logit_rows, rows);
+  ops::rms_norm(rows, m.head_norm, eps, rows);
+  return lm_head(rows);
+}
+
+Tensor Model::lm_head(const Tensor& rows) const {
+  Allocator& a = *alloc_;
+  const auto act = MemTag::kActivation;
+  const int64_t R = rows.dim(0);
   Tensor local = Tensor::empty({R, k_.local_vocab}, DType::kF32, act, a);
   ops::linear(rows, w_.lm_head, local);
   if (par_.tp_size == 1) return local;

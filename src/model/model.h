@@ -22,6 +22,7 @@ struct LoadOptions {
   Allocator* alloc = nullptr;  // default_allocator() when null
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;
   WeightLoadProgress progress = nullptr;  // optional
+  bool mtp = false;                       // also load the MTP layers (speculative decoding)
 };
 
 class Model {
@@ -36,10 +37,25 @@ class Model {
   ops::TopkTieOrder topk_tie_order() const { return k_.topk_tie_order; }
 
   // Logits [num_logit_rows, vocab_size] for the rows the batch asks for, in batch order.
-  Tensor forward(const ForwardBatch& batch, KvCache& kv,
-                 const ForwardObserver& observer = nullptr) const;
+  // `hidden`, when given, receives every token's final hidden state (after model.norm,
+  // [num_tokens, H]): what the MTP layer reads.
+  Tensor forward(const ForwardBatch& batch, KvCache& kv, const ForwardObserver& observer = nullptr,
+                 Tensor* hidden = nullptr) const;
+
+  // MTP layer `j` (loaded with LoadOptions::mtp; docs/reference.md) over a batch whose token at
+  // position i is t_{i+1}, the token that followed position i, and `prev_hidden` row i its
+  // h_i [num_tokens, H] (the main model's final hidden state, or the previous draft step's
+  // `hidden`). Writes the MTP layer's cache (layer num_hidden_layers + j of a KvCache allocated
+  // with its MTP layers) at those positions; returns the logits of the batch's logit rows (each
+  // predicts t_{i+2}); `hidden` receives every row's block output.
+  Tensor forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, KvCache& kv,
+                     Tensor& hidden, int64_t j = 0) const;
+  int64_t num_mtp_layers() const { return static_cast<int64_t>(w_.mtp.size()); }
 
  private:
+  // Logits of the normed rows [R, H] through the vocab-parallel lm_head.
+  Tensor lm_head(const Tensor& rows) const;
+
   io::ModelConfig config_;
   ModelWeights w_;
   ParallelContext par_;

@@ -41,7 +41,7 @@ FusedAColumns FusedAColumns::of(const io::ModelConfig& c, int64_t layer) {
   f.q = 0;
   f.kv = c.q_lora_rank;
   f.width = f.kv + c.kv_lora_rank + c.qk_rope_head_dim;
-  if (c.layer_indexer[layer] == io::IndexerKind::kFull) {
+  if (c.indexer(layer) == io::IndexerKind::kFull) {
     f.index_k = f.width;
     f.index_w = f.index_k + c.index_head_dim;
     f.width = f.index_w + c.index_n_heads;
@@ -50,7 +50,7 @@ FusedAColumns FusedAColumns::of(const io::ModelConfig& c, int64_t layer) {
 }
 
 std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelContext& p,
-                                     ModelWeights& w) {
+                                     ModelWeights& w, bool mtp) {
   const ShardSizes s = shard_sizes(c, p);
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, dq = c.qk_head_dim();
   const int64_t rkv = c.kv_lora_rank, dr = c.qk_rope_head_dim, dn = c.qk_nope_head_dim;
@@ -95,8 +95,8 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
   by_rows("lm_head.weight", {c.vocab_size, H}, s.vocab_start, std::max<int64_t>(vocab_rows, 0),
           &w.lm_head);
   t.back().local_shape[0] = s.vocab;
-  for (int64_t L = 0; L < c.num_hidden_layers; ++L) {
-    LayerWeights& l = w.layers[L];
+  // Decoder layer L's tensors, main and MTP layers alike (the same names under model.layers.L).
+  auto decoder_layer = [&](int64_t L, LayerWeights& l) {
     const std::string pre = fmt::format("model.layers.{}.", L);
     const std::string a = pre + "self_attn.";
     whole(pre + "input_layernorm.weight", {H}, &l.input_norm);
@@ -118,7 +118,7 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
             s.heads * (dn + dv), &l.kv_b_proj);
     by_cols(a + "o_proj.weight", {H, nh * dv}, s.head_start * dv, s.heads * dv, &l.o_proj);
     gemm();
-    if (c.layer_indexer[L] == io::IndexerKind::kFull) {
+    if (c.indexer(L) == io::IndexerKind::kFull) {
       const std::string ix = a + "indexer.";
       const int64_t hi = c.index_n_heads, di = c.index_head_dim;
       whole(ix + "wq_b.weight", {hi * di, c.q_lora_rank}, &l.idx_wq_b);
@@ -128,7 +128,7 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
       whole(ix + "k_norm.bias", {di}, &l.idx_k_norm_b);
       fused(ix + "weights_proj.weight", {hi, H}, &l.fused_a, fa.index_w, &l.idx_weights_proj);
     }
-    if (!c.layer_is_moe[L]) {
+    if (!c.is_moe(L)) {
       mlp(pre + "mlp.", c.intermediate_size, s.dense_start, s.dense_inter, l.dense);
     } else {
       whole(pre + "mlp.gate.weight", {c.n_routed_experts, H}, &l.router);
@@ -140,6 +140,28 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
       if (c.n_shared_experts > 0)
         mlp(pre + "mlp.shared_experts.", c.moe_intermediate_size * c.n_shared_experts,
             s.shared_start, s.shared_inter, l.shared);
+    }
+  };
+  for (int64_t L = 0; L < c.num_hidden_layers; ++L) decoder_layer(L, w.layers[L]);
+  if (mtp) {
+    if (c.num_nextn_predict_layers == 0)
+      raise<ConfigError>(
+          "speculative decoding (MTP) needs the checkpoint's MTP layers, but config.json has "
+          "num_nextn_predict_layers 0");
+    w.mtp.resize(c.num_nextn_predict_layers);
+    for (int64_t j = 0; j < c.num_nextn_predict_layers; ++j) {
+      const int64_t L = c.num_hidden_layers + j;
+      MtpWeights& m = w.mtp[j];
+      const std::string pre = fmt::format("model.layers.{}.", L);
+      whole(pre + "enorm.weight", {H}, &m.enorm);
+      whole(pre + "hnorm.weight", {H}, &m.hnorm);
+      // Replicated, as vLLM keeps it; read as its embedding and hidden halves (no concat).
+      by_cols(pre + "eh_proj.weight", {H, 2 * H}, 0, H, &m.eh_proj_e);
+      gemm();
+      by_cols(pre + "eh_proj.weight", {H, 2 * H}, H, H, &m.eh_proj_h);
+      gemm();
+      whole(pre + "shared_head.norm.weight", {H}, &m.head_norm);
+      decoder_layer(L, m.block);
     }
   }
   return t;
@@ -294,17 +316,29 @@ void build_expert_table(LayerWeights& l, Allocator& alloc) {
   ops::copy(Tensor::wrap(host.data(), l.expert_table.shape(), DType::kI64), l.expert_table);
 }
 
+// A tensor of MTP layer num_hidden_layers + j.
+bool is_mtp_tensor(const io::ModelConfig& c, const std::string& name) {
+  for (int64_t j = 0; j < c.num_nextn_predict_layers; ++j)
+    if (name.starts_with(fmt::format("model.layers.{}.", c.num_hidden_layers + j))) return true;
+  return false;
+}
+
 }  // namespace
 
 ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
                           const io::Checkpoint* ckpt, LoadFormat format, Allocator& alloc,
-                          const WeightLoadProgress& progress) {
+                          const WeightLoadProgress& progress, bool mtp) {
   ModelWeights w;
-  std::vector<WeightSpec> table = weight_table(c, p, w);
+  std::vector<WeightSpec> table = weight_table(c, p, w, mtp);
   if (format == LoadFormat::kAuto) {
     MLS_CHECK(ckpt != nullptr, "loading weights needs a checkpoint");
     // Validate every name and shape before reading anything: a bad checkpoint fails fast.
     for (const WeightSpec& spec : table) {
+      if (mtp && !ckpt->has(spec.name) && is_mtp_tensor(c, spec.name))
+        raise<CheckpointError>(
+            "MTP tensor {} not found in checkpoint {}: config.json has num_nextn_predict_layers "
+            "{}, and speculative decoding (MTP) needs every MTP layer's tensors",
+            spec.name, ckpt->dir().string(), c.num_nextn_predict_layers);
       const io::TensorInfo& info = ckpt->info(spec.name);
       if (info.shape != spec.full_shape)
         raise<CheckpointError>("{} in {}: expected shape {}, found {}", spec.name, info.file,
@@ -350,6 +384,7 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
     }
   }
   for (LayerWeights& l : w.layers) build_expert_table(l, alloc);
+  for (MtpWeights& m : w.mtp) build_expert_table(m.block, alloc);
   return w;
 }
 

@@ -52,9 +52,19 @@ struct FusedAColumns {
   static FusedAColumns of(const io::ModelConfig& c, int64_t layer);
 };
 
+// One multi-token-prediction layer (docs/reference.md): the embedding and lm_head it uses are
+// the model's; head_norm is its own final norm (shared_head.norm).
+struct MtpWeights {
+  Tensor enorm, hnorm, head_norm;
+  // eh_proj [H, 2H] as its two column halves: eh_proj · [e ; g] = eh_proj_e · e + eh_proj_h · g.
+  Tensor eh_proj_e, eh_proj_h;
+  LayerWeights block;  // decoder layer num_hidden_layers + j
+};
+
 struct ModelWeights {
   Tensor embed, final_norm, lm_head;
   std::vector<LayerWeights> layers;
+  std::vector<MtpWeights> mtp;  // empty unless loaded for speculative decoding
 };
 
 // One row of the table: where a tensor comes from and where this rank's part of it goes.
@@ -78,8 +88,10 @@ struct ShardSizes {
 };
 ShardSizes shard_sizes(const io::ModelConfig& c, const ParallelContext& p);
 
+// With `mtp`, the config's num_nextn_predict_layers MTP layers too (a ConfigError when it has
+// none); without, they are skipped.
 std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelContext& p,
-                                     ModelWeights& w);
+                                     ModelWeights& w, bool mtp = false);
 
 // The dtype a weight is kept in on `device`: f32 on the CPU; on the GPU f32 vectors, and bf16
 // matrices except GEMM-only projections with FP8 block scales (`has_scales`) whose slice is
@@ -100,6 +112,6 @@ using WeightLoadProgress = std::function<void(int rank, int64_t done, int64_t to
 // deterministic pseudo-random values for kDummy. Checks every name and shape before reading.
 ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
                           const io::Checkpoint* ckpt, LoadFormat format, Allocator& alloc,
-                          const WeightLoadProgress& progress = {});
+                          const WeightLoadProgress& progress = {}, bool mtp = false);
 
 }  // namespace mls

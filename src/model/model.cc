@@ -112,7 +112,7 @@ Tensor Model::forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, 
       raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config_.vocab_size);
   const MtpWeights& m = w_.mtp[static_cast<size_t>(j)];
   const TokenLayout layout = TokenLayout::replicated(N);
-  StepContext step(batch, kv.block_size, 0, N, a);
+  StepContext step(batch, kv.block_size, {kv.table_rows, kv.table_cols}, 0, N, a);
   const auto eps = static_cast<float>(config_.rms_norm_eps);
 
   Tensor e = Tensor::empty({N, H}, k_.act, act, a);

@@ -51,9 +51,7 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv, const ForwardObser
   Allocator& a = *alloc_;
   const auto act = MemTag::kActivation;
   const int64_t N = batch.num_tokens(), H = config_.hidden_size;
-  for (int32_t id : batch.token_ids)
-    if (id < 0 || id >= config_.vocab_size)
-      raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config_.vocab_size);
+  check_token_ids(batch);
 
   // The residual stream's layout for this step; the profiling pass takes this same path.
   const TokenLayout layout = par_.sequence_parallel && par_.tp_size > 1
@@ -107,9 +105,7 @@ Tensor Model::forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, 
   if (prev_hidden.dim(0) != N || prev_hidden.dim(1) != H)
     raise<ShapeError>("MTP input hidden states {} for {} tokens of width {}",
                       prev_hidden.shape().str(), N, H);
-  for (int32_t id : batch.token_ids)
-    if (id < 0 || id >= config_.vocab_size)
-      raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config_.vocab_size);
+  check_token_ids(batch);
   const MtpWeights& m = w_.mtp[static_cast<size_t>(j)];
   const TokenLayout layout = TokenLayout::replicated(N);
   StepContext step(batch, kv.block_size, {kv.table_rows, kv.table_cols}, 0, N, a);
@@ -140,6 +136,12 @@ Tensor Model::forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, 
   ops::gather_rows(hidden, step.logit_rows, rows);
   ops::rms_norm(rows, m.head_norm, eps, rows);
   return lm_head(rows);
+}
+
+void Model::check_token_ids(const ForwardBatch& batch) const {
+  for (int32_t id : batch.token_ids)
+    if (id < 0 || id >= config_.vocab_size)
+      raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config_.vocab_size);
 }
 
 Tensor Model::lm_head(const Tensor& rows) const {

@@ -53,6 +53,8 @@ class Model {
   int64_t num_mtp_layers() const { return static_cast<int64_t>(w_.mtp.size()); }
 
  private:
+  // InvalidArgument for an id outside the vocabulary (ids index the embedding).
+  void check_token_ids(const ForwardBatch& batch) const;
   // Logits of the normed rows [R, H] through the vocab-parallel lm_head.
   Tensor lm_head(const Tensor& rows) const;
 

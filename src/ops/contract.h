@@ -57,6 +57,10 @@ class Contract {
   void rows(const char* name, const Tensor& t, int ndim) const {
     need(t.ndim() == ndim && t.stride(-1) == 1, name, t, "{}-d with unit inner stride", ndim);
   }
+  // Rows of `width` elements that do not overlap (row stride at least the width).
+  void rows_apart(const char* name, const Tensor& t, int64_t width) const {
+    need(t.dim(0) <= 1 || t.stride(0) >= width, name, t, "rows apart");
+  }
   // An index list: contiguous i32 [n] on the output's device (any length for n < 0).
   void index(const char* name, const Tensor& t, int64_t n) const {
     dtype(name, t, {DType::kI32});

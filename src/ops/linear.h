@@ -61,8 +61,8 @@ inline void linear_contract(const Tensor& x, const Tensor& w, const Tensor& y, b
   c.need(w.ndim() == 2 && w.is_contiguous() && w.dim(1) == x.dim(1), "W", w,
          "contiguous [N, {}] (x's columns)", x.dim(1));
   c.need(y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "y", y, "[{}, {}]", x.dim(0), w.dim(0));
-  c.need(x.dim(0) <= 1 || x.stride(0) >= x.dim(1), "x", x, "rows apart");
-  c.need(y.dim(0) <= 1 || y.stride(0) >= y.dim(1), "y", y, "rows apart");
+  c.rows_apart("x", x, x.dim(1));
+  c.rows_apart("y", y, y.dim(1));
   c.on_device("x", x);
   c.on_device("W", w);
   c.disjoint("y", y, "x", x);
@@ -110,8 +110,8 @@ inline void linear_batched_contract(const Tensor& x, const Tensor& w, const Tens
          "W", w, "[{}, N, {}] with rows apart", x.dim(1), x.dim(2));
   c.need(y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1) && y.dim(2) == w.dim(1), "y", y,
          "[{}, {}, {}]", x.dim(0), x.dim(1), w.dim(1));
-  c.need(x.dim(0) <= 1 || x.stride(0) >= x.dim(2), "x", x, "rows apart");
-  c.need(y.dim(0) <= 1 || y.stride(0) >= y.dim(2), "y", y, "rows apart");
+  c.rows_apart("x", x, x.dim(2));
+  c.rows_apart("y", y, y.dim(2));
   c.on_device("x", x);
   c.on_device("W", w);
   c.disjoint("y", y, "x", x);

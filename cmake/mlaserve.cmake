@@ -23,6 +23,7 @@ function(mls_test name)
     MLASERVE_TEST_DATA="${PROJECT_SOURCE_DIR}/tests/data"
     MLASERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     MLASERVE_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name} TEST_PREFIX "${name}." DISCOVERY_MODE PRE_TEST
     DISCOVERY_TIMEOUT 60)

@@ -14,7 +14,7 @@
 namespace mls::chat::jinja {
 namespace {
 
-std::string render(const std::string& src, int64_t max_steps = kMaxRenderSteps) {
+std::string render_within(const std::string& src, int64_t max_steps = kMaxRenderSteps) {
   return Template(src).render({}, max_steps);
 }
 
@@ -52,15 +52,15 @@ TEST(JinjaLimits, SyntaxNestingIsBounded) {
   syntax("{{ 99999999999999999999 }}", "integer literal out of range");
   syntax("{{ 1e999 }}", "float literal out of range");
   // Real nesting well inside the limits still works.
-  EXPECT_EQ(render("{{ " + repeat("(", 40) + "1" + repeat(")", 40) + " }}"), "1");
-  EXPECT_EQ(render("{{ 1" + repeat(" + 1", 100) + " }}"), "101");
+  EXPECT_EQ(render_within("{{ " + repeat("(", 40) + "1" + repeat(")", 40) + " }}"), "1");
+  EXPECT_EQ(render_within("{{ 1" + repeat(" + 1", 100) + " }}"), "101");
 }
 
 TEST(JinjaLimits, RecursiveMacrosAndRunawayLoopsEnd) {
   const auto runtime = [](const std::string& src, const std::string& part,
                           int64_t steps = kMaxRenderSteps) {
     SCOPED_TRACE(src);
-    expect_error<TemplateRuntimeError>([&] { render(src, steps); }, part);
+    expect_error<TemplateRuntimeError>([&] { render_within(src, steps); }, part);
   };
   runtime("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
           "nests deeper than 256 levels while rendering");
@@ -69,9 +69,10 @@ TEST(JinjaLimits, RecursiveMacrosAndRunawayLoopsEnd) {
   runtime("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
           "too many steps", 100'000);
   // Bounded recursion is fine.
-  EXPECT_EQ(render("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
-                   "{{ f(30) | length }}"),
-            "51");
+  EXPECT_EQ(
+      render_within("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+                    "{{ f(30) | length }}"),
+      "51");
 }
 
 TEST(JinjaLimits, SizesAreCheckedBeforeAllocating) {
@@ -80,7 +81,7 @@ TEST(JinjaLimits, SizesAreCheckedBeforeAllocating) {
     // CPU time (the renderer is single-threaded): a limit bounds work, and wall time on a busy
     // machine (the sanitizer build in CI beside other jobs) also counts other processes' turns.
     const std::clock_t t0 = std::clock();
-    expect_error<TemplateRuntimeError>([&] { render(src); }, part);
+    expect_error<TemplateRuntimeError>([&] { render_within(src); }, part);
     EXPECT_LT(static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC, 5.0);
   };
   runtime(R"({{ "a" * 2000000000 }})", "a string of more than 67108864 bytes");
@@ -105,7 +106,7 @@ TEST(JinjaLimits, SizesAreCheckedBeforeAllocating) {
 TEST(JinjaLimits, ValuesCannotNestWithoutBoundOrCycle) {
   const auto runtime = [](const std::string& src, const std::string& part) {
     SCOPED_TRACE(src);
-    expect_error<TemplateRuntimeError>([&] { render(src); }, part);
+    expect_error<TemplateRuntimeError>([&] { render_within(src); }, part);
   };
   runtime(
       "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
@@ -130,13 +131,13 @@ TEST(JinjaLimits, IntegerOverflowIsAnError) {
         "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) | abs }}",
         "{{ 1e300 * 1e300 | int }}", "{{ 'nan' | float | int }}"}) {
     SCOPED_TRACE(src);
-    expect_error<TemplateRuntimeError>([&] { render(src); }, "");
+    expect_error<TemplateRuntimeError>([&] { render_within(src); }, "");
   }
-  EXPECT_EQ(render("{{ 1 ** 9223372036854775807 }}"), "1");
-  EXPECT_EQ(render("{{ (-1) ** 9223372036854775807 }}"), "-1");
-  EXPECT_EQ(render("{{ range(9223372036854775806, 9223372036854775807, 1000) | list }}"),
+  EXPECT_EQ(render_within("{{ 1 ** 9223372036854775807 }}"), "1");
+  EXPECT_EQ(render_within("{{ (-1) ** 9223372036854775807 }}"), "-1");
+  EXPECT_EQ(render_within("{{ range(9223372036854775806, 9223372036854775807, 1000) | list }}"),
             "[9223372036854775806]");
-  EXPECT_EQ(render("{{ [1, 2, 3][0::9223372036854775807] }}"), "[1]");
+  EXPECT_EQ(render_within("{{ [1, 2, 3][0::9223372036854775807] }}"), "[1]");
 }
 
 // The exact report: ~16k levels of JSON in a tool call's arguments string (40 KB) used to

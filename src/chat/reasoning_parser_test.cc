@@ -7,12 +7,12 @@
 namespace mls::chat {
 namespace {
 
-struct Case {
+struct ReasoningCase {
   bool starts_in_reasoning;
   std::string text, reasoning, content;
 };
 
-const std::vector<Case> kCases = {
+const std::vector<ReasoningCase> kReasoningCases = {
     {true, "let me think</think>The answer is 4.", "let me think", "The answer is 4."},
     {true, "still thinking when the budget ran out", "still thinking when the budget ran out", ""},
     {true, "<think>model repeats the tag</think>ok", "model repeats the tag", "ok"},
@@ -26,7 +26,7 @@ const std::vector<Case> kCases = {
     {false, "", "", ""},
 };
 
-ReasoningDelta stream(const Case& c, const std::vector<std::string>& chunks) {
+ReasoningDelta stream_reasoning(const ReasoningCase& c, const std::vector<std::string>& chunks) {
   ReasoningParser p(c.starts_in_reasoning);
   ReasoningDelta all;
   for (const auto& chunk : chunks) {
@@ -41,19 +41,19 @@ ReasoningDelta stream(const Case& c, const std::vector<std::string>& chunks) {
 }
 
 TEST(ReasoningParser, CompleteAndStreamingAgree) {
-  for (const auto& c : kCases) {
+  for (const auto& c : kReasoningCases) {
     SCOPED_TRACE(c.text);
     const ReasoningDelta whole = ReasoningParser(c.starts_in_reasoning).parse(c.text);
     EXPECT_EQ(whole.reasoning, c.reasoning);
     EXPECT_EQ(whole.content, c.content);
     for (size_t cut = 0; cut <= c.text.size(); ++cut) {
-      const ReasoningDelta s = stream(c, {c.text.substr(0, cut), c.text.substr(cut)});
+      const ReasoningDelta s = stream_reasoning(c, {c.text.substr(0, cut), c.text.substr(cut)});
       EXPECT_EQ(s.reasoning, c.reasoning) << "cut " << cut;
       EXPECT_EQ(s.content, c.content) << "cut " << cut;
     }
     std::vector<std::string> bytes;
     for (char b : c.text) bytes.emplace_back(1, b);
-    const ReasoningDelta s = stream(c, bytes);
+    const ReasoningDelta s = stream_reasoning(c, bytes);
     EXPECT_EQ(s.reasoning, c.reasoning);
     EXPECT_EQ(s.content, c.content);
   }

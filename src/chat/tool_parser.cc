@@ -44,6 +44,13 @@ std::string random_call_id(int) {
 
 }  // namespace
 
+std::string_view trim_space(std::string_view s) {
+  const auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!s.empty() && ws(s.front())) s.remove_prefix(1);
+  while (!s.empty() && ws(s.back())) s.remove_suffix(1);
+  return s;
+}
+
 std::string python_json(const nlohmann::ordered_json& value) {
   return jinja::to_json(jinja::Value::from_json(value), jinja::JsonOptions{});
 }

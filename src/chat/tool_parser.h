@@ -96,6 +96,8 @@ ToolCallFormat glm47_format(const nlohmann::ordered_json& tools);
 ToolCallFormat deepseek_v31_format();
 ToolCallFormat deepseek_v32_format();
 
+// `s` without leading and trailing white space (space, tab, CR, LF), as the formats skip it.
+std::string_view trim_space(std::string_view s);
 // json.dumps(value, ensure_ascii=False) of a JSON value, Python's spacing.
 std::string python_json(const nlohmann::ordered_json& value);
 // Python-style JSON object text from key/value-JSON pairs, split into streaming fragments:

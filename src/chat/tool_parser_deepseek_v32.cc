@@ -17,16 +17,9 @@ namespace {
 constexpr std::string_view kParamBegin = "<｜DSML｜parameter";
 constexpr std::string_view kParamEnd = "</｜DSML｜parameter>";
 
-std::string_view trim(std::string_view s) {
-  const auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-  while (!s.empty() && ws(s.front())) s.remove_prefix(1);
-  while (!s.empty() && ws(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 // Reads `attr="value"` at the front of `s` (after white space); advances `s`.
 std::optional<std::string> attribute(std::string_view& s, std::string_view attr) {
-  s = trim(s);
+  s = trim_space(s);
   if (s.substr(0, attr.size()) != attr || s.substr(attr.size(), 2) != "=\"") return std::nullopt;
   s.remove_prefix(attr.size() + 2);
   const size_t close = s.find('"');
@@ -37,7 +30,7 @@ std::optional<std::string> attribute(std::string_view& s, std::string_view attr)
 }
 
 bool consume(std::string_view& s, std::string_view token) {
-  s = trim(s);
+  s = trim_space(s);
   if (s.substr(0, token.size()) != token) return false;
   s.remove_prefix(token.size());
   return true;
@@ -55,7 +48,7 @@ ToolCallFormat deepseek_v32_format() {
     const auto name = attribute(body, "name");
     if (!name || name->empty() || !consume(body, ">")) return std::nullopt;
     std::vector<std::pair<std::string, std::string>> members;
-    while (!trim(body).empty()) {
+    while (!trim_space(body).empty()) {
       if (!consume(body, kParamBegin)) return std::nullopt;
       const auto key = attribute(body, "name");
       if (!key) return std::nullopt;
@@ -67,7 +60,7 @@ ToolCallFormat deepseek_v32_format() {
       body.remove_prefix(end + kParamEnd.size());
       std::string value = python_json(raw);
       if (is_string && *is_string == "false") {
-        if (const auto parsed = try_parse_json(trim(raw))) value = python_json(*parsed);
+        if (const auto parsed = try_parse_json(trim_space(raw))) value = python_json(*parsed);
       }
       members.emplace_back(*key, std::move(value));
     }

@@ -13,13 +13,6 @@ namespace {
 constexpr std::string_view kKeyBegin = "<arg_key>", kKeyEnd = "</arg_key>";
 constexpr std::string_view kValueBegin = "<arg_value>", kValueEnd = "</arg_value>";
 
-std::string_view trim(std::string_view s) {
-  const auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-  while (!s.empty() && ws(s.front())) s.remove_prefix(1);
-  while (!s.empty() && ws(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 // The JSON-schema type of `param` of tool `name`, or "" when unknown.
 std::string param_type(const nlohmann::ordered_json& tools, std::string_view name,
                        const std::string& param) {
@@ -45,7 +38,7 @@ std::string param_type(const nlohmann::ordered_json& tools, std::string_view nam
 std::string typed_value(const std::string& raw, const std::string& type) {
   if (type == "integer" || type == "number" || type == "boolean" || type == "object" ||
       type == "array") {
-    if (const auto parsed = try_parse_json(trim(raw))) return python_json(*parsed);
+    if (const auto parsed = try_parse_json(trim_space(raw))) return python_json(*parsed);
   }
   return python_json(raw);
 }
@@ -58,16 +51,16 @@ ToolCallFormat glm47_format(const nlohmann::ordered_json& tools) {
   f.call_end = "</tool_call>";
   f.parse_call = [tools](std::string_view body) -> std::optional<ParsedCall> {
     const size_t first_key = body.find(kKeyBegin);
-    const std::string_view name = trim(body.substr(0, first_key));
+    const std::string_view name = trim_space(body.substr(0, first_key));
     if (name.empty() || name.find_first_of("<>\n") != std::string_view::npos) return std::nullopt;
     std::vector<std::pair<std::string, std::string>> members;
     std::string_view rest = first_key == std::string_view::npos ? "" : body.substr(first_key);
-    while (!(rest = trim(rest)).empty()) {
+    while (!(rest = trim_space(rest)).empty()) {
       if (rest.substr(0, kKeyBegin.size()) != kKeyBegin) return std::nullopt;
       const size_t key_end = rest.find(kKeyEnd);
       if (key_end == std::string_view::npos) return std::nullopt;
-      const std::string key(trim(rest.substr(kKeyBegin.size(), key_end - kKeyBegin.size())));
-      rest = trim(rest.substr(key_end + kKeyEnd.size()));
+      const std::string key(trim_space(rest.substr(kKeyBegin.size(), key_end - kKeyBegin.size())));
+      rest = trim_space(rest.substr(key_end + kKeyEnd.size()));
       if (rest.substr(0, kValueBegin.size()) != kValueBegin) return std::nullopt;
       const size_t value_end = rest.find(kValueEnd);
       if (value_end == std::string_view::npos) return std::nullopt;

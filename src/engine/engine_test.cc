@@ -18,11 +18,10 @@
 #include "core/cuda_allocator.h"
 #endif
 #include "io/safetensors.h"
+#include "test_data.h"
 
 namespace mls {
 namespace {
-
-const std::string kData = MLASERVE_TEST_DATA;
 
 ModelRunner& runner(const std::string& fixture, const std::string& device = "cpu",
                     ops::TopkTieOrder order = ops::kDefaultTopkTieOrder) {
@@ -31,8 +30,9 @@ ModelRunner& runner(const std::string& fixture, const std::string& device = "cpu
       runners;
   auto& r = runners[{fixture, device, order}];
   if (!r)
-    r = std::make_unique<ModelRunner>(RunnerOptions{
-        .model = kData + "/" + fixture, .device = parse_device(device), .topk_tie_order = order});
+    r = std::make_unique<ModelRunner>(RunnerOptions{.model = kTestData.string() + "/" + fixture,
+                                                    .device = parse_device(device),
+                                                    .topk_tie_order = order});
   return *r;
 }
 
@@ -45,7 +45,8 @@ bool have_gpu() {
 }
 
 std::vector<int32_t> golden(const std::string& fixture, const std::string& name) {
-  const auto f = io::SafetensorsFile::open(kData + "/" + fixture + "/golden.safetensors");
+  const auto f =
+      io::SafetensorsFile::open(kTestData.string() + "/" + fixture + "/golden.safetensors");
   const io::TensorInfo* t = f.find(name);
   if (!t) raise<InvalidArgument>("{} has no {}", fixture, name);
   const auto* p = reinterpret_cast<const int32_t*>(t->data);
@@ -295,7 +296,7 @@ TEST(Engine, PrefixCacheReuseIsExactWithTheDsaIndexer) {
 
 // The torch reference order depends on the prompt length: no prefix cache with it.
 TEST(Engine, DsaPrefixCachingNeedsTheServingTieOrder) {
-  ModelRunner r(RunnerOptions{.model = kData + "/tiny-glm5",
+  ModelRunner r(RunnerOptions{.model = kTestData.string() + "/tiny-glm5",
                               .topk_tie_order = ops::TopkTieOrder::kTorchReference});
   r.allocate_kv_cache(16, 16);
   EXPECT_THROW(Engine(r, {}), InvalidArgument);

@@ -3,23 +3,14 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace mls {
-namespace {
-
-// splitmix64 finaliser: a well-mixed 64-bit step for the chain.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 uint64_t chained_block_hash(uint64_t prev, std::span<const int32_t> tokens) {
-  uint64_t h = mix(prev);
-  for (int32_t t : tokens) h = mix(h ^ static_cast<uint32_t>(t));
+  uint64_t h = splitmix64(prev);
+  for (int32_t t : tokens) h = splitmix64(h ^ static_cast<uint32_t>(t));
   return h;
 }
 

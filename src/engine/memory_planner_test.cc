@@ -14,12 +14,11 @@
 #include "ops/scratch_sizes.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
+#include "test_data.h"
 #endif
 
 namespace mls {
 namespace {
-
-const std::string kData = MLASERVE_TEST_DATA;
 
 PlanBudget roomy() {
   return {.device_bytes = int64_t{8} << 30, .utilization = 0.9, .kv_cache_memory_bytes = {}};
@@ -62,8 +61,9 @@ TEST(MemoryPlanner, MetaEqualsRealToTheByte) {
        {"tiny-dsv3", "tiny-dsv3-fp8", "tiny-dsv32", "tiny-dsv32-fp8", "tiny-glm5", "tiny-glm5-fp8"})
     for (int tp : {1, 2, 8})
       for (bool sp : {false, true}) {
-        ModelRunner runner(
-            {.model = kData + "/" + f, .tensor_parallel_size = tp, .sequence_parallel = sp});
+        ModelRunner runner({.model = kTestData.string() + "/" + f,
+                            .tensor_parallel_size = tp,
+                            .sequence_parallel = sp});
         const ServingLimits limits{.max_num_batched_tokens = 77,
                                    .max_num_seqs = 6,
                                    .max_model_len = 300,
@@ -92,7 +92,7 @@ TEST(MemoryPlanner, MetaEqualsRealToTheByte) {
 }
 
 TEST(MemoryPlanner, KvSizingAndTheMaxModelLenRule) {
-  ModelRunner runner({.model = kData + "/tiny-glm5"});
+  ModelRunner runner({.model = kTestData.string() + "/tiny-glm5"});
   const ServingLimits limits{
       .max_num_batched_tokens = 256, .max_num_seqs = 8, .max_model_len = 512, .block_size = 16};
   const int64_t per_token = KvCache::bytes_per_token(runner.config(), DType::kF32);
@@ -129,7 +129,7 @@ TEST(MemoryPlanner, KvSizingAndTheMaxModelLenRule) {
 
 // The engine serves with the limits of the plan applied to its runner, and no others.
 TEST(MemoryPlanner, TheEngineRefusesLimitsThePlanWasNotMadeFor) {
-  ModelRunner runner({.model = kData + "/tiny-glm5"});
+  ModelRunner runner({.model = kTestData.string() + "/tiny-glm5"});
   const ServingLimits limits{
       .max_num_batched_tokens = 64, .max_num_seqs = 4, .max_model_len = 256, .block_size = 16};
   const MemoryPlan plan = plan_memory(
@@ -270,7 +270,7 @@ TEST(MemoryPlanner, GpuMetaEqualsRealToTheByte) {
   std::vector<Case> cases;
   for (const char* f :
        {"tiny-dsv3", "tiny-dsv3-fp8", "tiny-dsv32", "tiny-dsv32-fp8", "tiny-glm5", "tiny-glm5-fp8"})
-    for (int tp : {1, 2}) cases.push_back({kData + "/" + f, tp, LoadFormat::kAuto});
+    for (int tp : {1, 2}) cases.push_back({kTestData.string() + "/" + f, tp, LoadFormat::kAuto});
   cases.push_back(
       {std::string(MLASERVE_SOURCE_DIR) + "/bench/models/glm5-shaped", 1, LoadFormat::kDummy});
   for (const Case& c : cases)
@@ -369,8 +369,9 @@ void expect_fixed_addresses(const RunnerOptions& options) {
 
 TEST(MemoryPlanner, IdenticalStepsGetIdenticalAddresses) {
   for (const char* f : {"tiny-glm5", "tiny-dsv3-fp8"})
-    expect_fixed_addresses(
-        {.model = kData + "/" + f, .tensor_parallel_size = 2, .sequence_parallel = true});
+    expect_fixed_addresses({.model = kTestData.string() + "/" + f,
+                            .tensor_parallel_size = 2,
+                            .sequence_parallel = true});
 }
 
 TEST(MemoryPlanner, GpuIdenticalStepsGetIdenticalAddresses) {
@@ -380,7 +381,7 @@ TEST(MemoryPlanner, GpuIdenticalStepsGetIdenticalAddresses) {
   GTEST_SKIP() << "no CUDA device here";
 #endif
   for (const char* f : {"tiny-glm5", "tiny-dsv3-fp8"})
-    expect_fixed_addresses({.model = kData + "/" + f,
+    expect_fixed_addresses({.model = kTestData.string() + "/" + f,
                             .tensor_parallel_size = 2,
                             .sequence_parallel = true,
                             .device = Device::cuda(0),
@@ -441,9 +442,10 @@ TEST(MemoryPlanner, RandomStepsStayInsideThePlannedWorkspace) {
   const ServingLimits limits{
       .max_num_batched_tokens = 90, .max_num_seqs = 7, .max_model_len = 300, .block_size = 16};
   for (const char* f : {"tiny-dsv32", "tiny-glm5-fp8"})
-    expect_random_steps_fit(
-        {.model = kData + "/" + f, .tensor_parallel_size = 2, .sequence_parallel = true}, limits,
-        300);
+    expect_random_steps_fit({.model = kTestData.string() + "/" + f,
+                             .tensor_parallel_size = 2,
+                             .sequence_parallel = true},
+                            limits, 300);
   // The GPU's layout and scratch (FP8 paths switching with the token count, attention splits,
   // indexer row groups, MoE alignment) at the GLM-5 shape and the seed's limits.
   expect_random_steps_fit({.model = std::string(MLASERVE_SOURCE_DIR) + "/bench/models/glm5-shaped",
@@ -463,7 +465,7 @@ TEST(MemoryPlanner, RandomStepsStayInsideThePlannedWorkspace) {
 // After planning, the worst steps serving can produce never pass the profiled peak, and a pool
 // filled to exhaustion preempts instead of failing.
 TEST(MemoryPlanner, StressNeverPassesTheProfiledPeak) {
-  ModelRunner runner({.model = kData + "/tiny-glm5"});
+  ModelRunner runner({.model = kTestData.string() + "/tiny-glm5"});
   const ServingLimits limits{
       .max_num_batched_tokens = 128, .max_num_seqs = 8, .max_model_len = 256, .block_size = 16};
   const MemoryPlan plan = plan_memory(

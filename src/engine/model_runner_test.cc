@@ -3,23 +3,22 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "test_data.h"
 
 namespace mls {
 namespace {
-
-const std::string kData = MLASERVE_TEST_DATA;
 
 // A failed load must surface as the loader's error, with every rank thread shut down.
 TEST(ModelRunner, LoadErrorsPropagateFromEveryRankCount) {
   for (int tp : {1, 4})
     EXPECT_THROW(ModelRunner({.model = "/nonexistent/model", .tensor_parallel_size = tp}),
                  ConfigError);
-  EXPECT_THROW(ModelRunner({.model = kData + "/tiny-glm5", .tensor_parallel_size = 3}),
+  EXPECT_THROW(ModelRunner({.model = kTestData.string() + "/tiny-glm5", .tensor_parallel_size = 3}),
                ConfigError);  // 8 heads do not split over 3 ranks
 }
 
 TEST(ModelRunner, ForwardNeedsACacheAndValidIds) {
-  ModelRunner runner({.model = kData + "/tiny-dsv3"});
+  ModelRunner runner({.model = kTestData.string() + "/tiny-dsv3"});
   ForwardBatch b;
   b.token_ids = {5};
   b.seqs.push_back({.num_new = 1, .block_table = {0}});

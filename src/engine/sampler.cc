@@ -8,13 +8,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 Sampler::Sampler(int64_t vocab_size)
@@ -27,8 +20,9 @@ Sampler::Sampler(int64_t vocab_size)
 }
 
 double Sampler::uniform(uint64_t seed, int sample_index, int64_t step) {
-  const uint64_t r = mix(seed ^ mix(static_cast<uint64_t>(sample_index) ^
-                                    mix(static_cast<uint64_t>(step) + 0x5851f42d4c957f2dULL)));
+  const uint64_t r = splitmix64(
+      seed ^ splitmix64(static_cast<uint64_t>(sample_index) ^
+                        splitmix64(static_cast<uint64_t>(step) + 0x5851f42d4c957f2dULL)));
   return static_cast<double>(r >> 11) * 0x1.0p-53;
 }
 

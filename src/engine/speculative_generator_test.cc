@@ -11,12 +11,12 @@
 #include "engine/speculative_config.h"
 #include "io/test_dir.h"
 #include "model/mtp_test_checkpoint.h"
+#include "test_data.h"
 
 namespace mls {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kData = MLASERVE_TEST_DATA;
 constexpr int64_t kMaxTokens = 20;
 
 const std::vector<int32_t> kPrompt = {1, 17, 300, 45, 999, 2, 64, 128, 7, 511, 33};
@@ -28,7 +28,7 @@ struct Case {
   std::unique_ptr<Model> model;
 
   explicit Case(const std::string& fixture) {
-    testing::write_mtp_checkpoint(kData / fixture, dir.path(), 11);
+    testing::write_mtp_checkpoint(kTestData / fixture, dir.path(), 11);
     ModelRunner runner({.model = dir.path()});
     reference = generate_greedy(runner, kPrompt, kMaxTokens).output_ids;
     LoadOptions opts;
@@ -116,7 +116,7 @@ TEST(SpeculativeGenerator, StopsAtAStopIdInsideAnAcceptedDraft) {
 }
 
 TEST(SpeculativeGenerator, NeedsTheMtpLayer) {
-  const std::unique_ptr<Model> plain = Model::load(kData / "tiny-dsv32", {});
+  const std::unique_ptr<Model> plain = Model::load(kTestData / "tiny-dsv32", {});
   EXPECT_THROW(generate_greedy_speculative(*plain, kPrompt, 4, 1), InvalidArgument);
   const Case c("tiny-dsv32");
   EXPECT_THROW(generate_greedy_speculative(*c.model, kPrompt, 4, 0), InvalidArgument);

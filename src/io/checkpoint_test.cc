@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/safetensors_writer.h"
 #include "io/test_dir.h"
+#include "test_data.h"
 
 namespace mls::io {
 namespace {
@@ -17,7 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TestDir;
 
-const fs::path kData = MLASERVE_TEST_DATA;
 const std::string kQb = "model.layers.0.self_attn.q_b_proj.weight";   // [384, 96]
 const std::string kOProj = "model.layers.1.self_attn.o_proj.weight";  // [256, 256]
 
@@ -75,8 +75,8 @@ void write_sharded_copy(const fs::path& fixture, const fs::path& out) {
 
 TEST(Checkpoint, ShardedIndexReadsLikeTheSingleFile) {
   TestDir dir;
-  write_sharded_copy(kData / "tiny-glm5", dir.path());
-  const Checkpoint single = Checkpoint::open(kData / "tiny-glm5");
+  write_sharded_copy(kTestData / "tiny-glm5", dir.path());
+  const Checkpoint single = Checkpoint::open(kTestData / "tiny-glm5");
   const Checkpoint sharded = Checkpoint::open(dir.path());
   EXPECT_EQ(sharded.files().size(), 2u);
   EXPECT_EQ(single.files().size(), 1u);
@@ -100,7 +100,7 @@ TEST(Checkpoint, ShardedIndexReadsLikeTheSingleFile) {
 }
 
 TEST(Checkpoint, SlicesEqualThePartsOfTheFullRead) {
-  const Checkpoint ck = Checkpoint::open(kData / "tiny-glm5");
+  const Checkpoint ck = Checkpoint::open(kTestData / "tiny-glm5");
   const std::vector<float> full = read_all(ck, kQb);
   std::vector<float> part(50 * 40);
   ck.read_f32(kQb, {384, 96}, part.data(), {100, 50}, {10, 40});
@@ -150,8 +150,8 @@ std::vector<float> manual_dequant(const Checkpoint& ck, const std::string& name)
 }
 
 TEST(Checkpoint, Fp8BlockDequantisation) {
-  const Checkpoint ck = Checkpoint::open(kData / "tiny-glm5-fp8");
-  const Checkpoint bf16 = Checkpoint::open(kData / "tiny-glm5");
+  const Checkpoint ck = Checkpoint::open(kTestData / "tiny-glm5-fp8");
+  const Checkpoint bf16 = Checkpoint::open(kTestData / "tiny-glm5");
   for (const std::string& name : {kQb, kOProj}) {
     SCOPED_TRACE(name);
     const std::vector<float> full = read_all(ck, name);
@@ -192,7 +192,7 @@ TEST(Checkpoint, Fp8BlockDequantisation) {
 }
 
 TEST(Checkpoint, Fp8ScaleShapeIsChecked) {
-  Checkpoint ck = Checkpoint::open(kData / "tiny-glm5-fp8");
+  Checkpoint ck = Checkpoint::open(kTestData / "tiny-glm5-fp8");
   ck.set_fp8_block_size(64, 64);
   std::vector<float> out(384 * 96);
   const std::string msg = error_of<CheckpointError>([&] {
@@ -204,24 +204,24 @@ TEST(Checkpoint, Fp8ScaleShapeIsChecked) {
 }
 
 TEST(Checkpoint, WrongExpectedShapeNamesBoth) {
-  const Checkpoint ck = Checkpoint::open(kData / "tiny-glm5");
+  const Checkpoint ck = Checkpoint::open(kTestData / "tiny-glm5");
   std::vector<float> out(384 * 96);
   const std::string msg = error_of<CheckpointError>([&] {
     ck.read_f32(kQb, {384, 95}, out.data());
   });
-  const std::string file = (kData / "tiny-glm5" / "model.safetensors").string();
+  const std::string file = (kTestData / "tiny-glm5" / "model.safetensors").string();
   EXPECT_EQ(msg, kQb + " in " + file + ": expected shape [384, 95], found [384, 96]");
   EXPECT_THROW(ck.read_f32(kQb, {384}, out.data()), CheckpointError);
 }
 
 TEST(Checkpoint, MissingTensor) {
-  const Checkpoint ck = Checkpoint::open(kData / "tiny-glm5");
+  const Checkpoint ck = Checkpoint::open(kTestData / "tiny-glm5");
   EXPECT_FALSE(ck.has("model.layers.9.mlp.gate.weight"));
   EXPECT_TRUE(ck.has(kQb));
   const std::string msg =
       error_of<CheckpointError>([&] { ck.info("model.layers.9.mlp.gate.weight"); });
   EXPECT_NE(msg.find("model.layers.9.mlp.gate.weight"), std::string::npos) << msg;
-  EXPECT_NE(msg.find((kData / "tiny-glm5").string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find((kTestData / "tiny-glm5").string()), std::string::npos) << msg;
   float out[1];
   EXPECT_THROW(ck.read_f32("nope", {1}, out), CheckpointError);
 }

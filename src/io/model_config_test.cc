@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/test_dir.h"
+#include "test_data.h"
 
 namespace mls::io {
 namespace {
@@ -16,12 +17,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::TestDir;
 
-const fs::path kData = MLASERVE_TEST_DATA;
 constexpr IndexerKind F = IndexerKind::kFull;
 constexpr IndexerKind S = IndexerKind::kShared;
 
 json fixture_json(const std::string& name) {
-  std::ifstream in(kData / name / "config.json");
+  std::ifstream in(kTestData / name / "config.json");
   return json::parse(in);
 }
 
@@ -42,7 +42,7 @@ void expect_error(const json& j, std::initializer_list<std::string> parts) {
 }
 
 TEST(ModelConfig, TinyGlm5) {
-  const ModelConfig c = ModelConfig::load(kData / "tiny-glm5");
+  const ModelConfig c = ModelConfig::load(kTestData / "tiny-glm5");
   EXPECT_EQ(c.family, ModelFamily::kGlmMoeDsa);
   EXPECT_EQ(c.vocab_size, 1024);
   EXPECT_EQ(c.hidden_size, 256);
@@ -84,7 +84,7 @@ TEST(ModelConfig, TinyGlm5) {
 }
 
 TEST(ModelConfig, TinyDsv32) {
-  const ModelConfig c = ModelConfig::load(kData / "tiny-dsv32");
+  const ModelConfig c = ModelConfig::load(kTestData / "tiny-dsv32");
   EXPECT_EQ(c.family, ModelFamily::kDeepseekV32);
   EXPECT_EQ(c.num_experts_per_tok, 4);
   EXPECT_EQ(c.n_group, 4);
@@ -107,7 +107,7 @@ TEST(ModelConfig, TinyDsv32) {
 }
 
 TEST(ModelConfig, TinyDsv3) {
-  const ModelConfig c = ModelConfig::load(kData / "tiny-dsv3");
+  const ModelConfig c = ModelConfig::load(kTestData / "tiny-dsv3");
   EXPECT_EQ(c.family, ModelFamily::kDeepseekV3);
   EXPECT_EQ(c.num_experts_per_tok, 6);
   EXPECT_FALSE(c.has_indexer);
@@ -121,14 +121,14 @@ TEST(ModelConfig, TinyDsv3) {
 TEST(ModelConfig, Fp8Fixtures) {
   for (const char* name : {"tiny-glm5-fp8", "tiny-dsv32-fp8", "tiny-dsv3-fp8"}) {
     SCOPED_TRACE(name);
-    const ModelConfig c = ModelConfig::load(kData / name);
+    const ModelConfig c = ModelConfig::load(kTestData / name);
     EXPECT_TRUE(c.quant.fp8);
     EXPECT_EQ(c.quant.block_n, 128);
     EXPECT_EQ(c.quant.block_k, 128);
     EXPECT_EQ(c.quant.scale_fmt, "");
     // Same model as the bf16 fixture apart from the quantisation.
     const std::string base(name, std::string_view(name).size() - 4);
-    json a = c.to_json(), b = ModelConfig::load(kData / base).to_json();
+    json a = c.to_json(), b = ModelConfig::load(kTestData / base).to_json();
     a.erase("quantization");
     b.erase("quantization");
     EXPECT_EQ(a, b);
@@ -282,8 +282,8 @@ TEST(ModelConfig, QLoraRankNullMeansPlainQProj) {
 TEST(ModelConfig, MtpLayers) {
   // Absent: no MTP layers. tiny-dsv3's config says 1 (transformers' default), its weights hold
   // none.
-  EXPECT_EQ(ModelConfig::load(kData / "tiny-dsv32").num_nextn_predict_layers, 0);
-  EXPECT_EQ(ModelConfig::load(kData / "tiny-dsv3").num_nextn_predict_layers, 1);
+  EXPECT_EQ(ModelConfig::load(kTestData / "tiny-dsv32").num_nextn_predict_layers, 0);
+  EXPECT_EQ(ModelConfig::load(kTestData / "tiny-dsv3").num_nextn_predict_layers, 1);
   for (const char* name : {"tiny-dsv3", "tiny-dsv32", "tiny-glm5"}) {
     json j = fixture_json(name);
     j["num_nextn_predict_layers"] = 2;

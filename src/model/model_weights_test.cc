@@ -11,13 +11,12 @@
 #include "core/error.h"
 #include "io/test_dir.h"
 #include "model/mtp_test_checkpoint.h"
+#include "test_data.h"
 
 namespace mls {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kData = MLASERVE_TEST_DATA;
-
 std::vector<float> values(const Tensor& t) {
   const float* p = t.data<float>();
   return std::vector<float>(p, p + t.numel());
@@ -52,7 +51,7 @@ TEST(MtpWeights, LoadedForEveryFamilyOnlyWhenAsked) {
   for (const char* name : {"tiny-dsv3", "tiny-dsv32", "tiny-glm5", "tiny-glm5-fp8"}) {
     SCOPED_TRACE(name);
     io::testing::TestDir dir;
-    testing::write_mtp_checkpoint(kData / name, dir.path(), 7);
+    testing::write_mtp_checkpoint(kTestData / name, dir.path(), 7);
     const Loaded without = load(dir.path(), false);
     EXPECT_TRUE(without.weights.mtp.empty());
     const Loaded with = load(dir.path(), true);
@@ -94,7 +93,7 @@ TEST(MtpWeights, LoadedForEveryFamilyOnlyWhenAsked) {
 
 TEST(MtpWeights, ShardedLikeTheMainLayers) {
   io::testing::TestDir dir;
-  testing::write_mtp_checkpoint(kData / "tiny-glm5", dir.path(), 7);
+  testing::write_mtp_checkpoint(kTestData / "tiny-glm5", dir.path(), 7);
   const Loaded full = load(dir.path(), true);
   for (int rank = 0; rank < 2; ++rank) {
     const Loaded part = load(dir.path(), true, {.tp_size = 2, .rank = rank});
@@ -108,21 +107,21 @@ TEST(MtpWeights, ShardedLikeTheMainLayers) {
 TEST(MtpWeights, MissingOrIllShapedTensorsAreNamed) {
   {
     io::testing::TestDir dir;  // the fixture as is: config says 1 MTP layer, the weights none
-    fs::copy_file(kData / "tiny-dsv3" / "config.json", dir / "config.json");
-    fs::copy_file(kData / "tiny-dsv3" / "model.safetensors", dir / "model.safetensors");
+    fs::copy_file(kTestData / "tiny-dsv3" / "config.json", dir / "config.json");
+    fs::copy_file(kTestData / "tiny-dsv3" / "model.safetensors", dir / "model.safetensors");
     expect_checkpoint_error(
         dir.path(), {"MTP tensor model.layers.4.", "not found", "num_nextn_predict_layers 1"});
   }
   {
     io::testing::TestDir dir;
-    testing::write_mtp_checkpoint(kData / "tiny-dsv32", dir.path(), 7, [](auto& tensors) {
+    testing::write_mtp_checkpoint(kTestData / "tiny-dsv32", dir.path(), 7, [](auto& tensors) {
       std::erase_if(tensors, [](const auto& t) { return t.name == "model.layers.4.hnorm.weight"; });
     });
     expect_checkpoint_error(dir.path(), {"MTP tensor model.layers.4.hnorm.weight not found"});
   }
   {
     io::testing::TestDir dir;
-    testing::write_mtp_checkpoint(kData / "tiny-dsv32", dir.path(), 7, [](auto& tensors) {
+    testing::write_mtp_checkpoint(kTestData / "tiny-dsv32", dir.path(), 7, [](auto& tensors) {
       for (auto& t : tensors)
         if (t.name == "model.layers.4.eh_proj.weight") t.shape = {512, 256};
     });
@@ -131,15 +130,15 @@ TEST(MtpWeights, MissingOrIllShapedTensorsAreNamed) {
   }
   {
     io::testing::TestDir dir;  // no MTP layer in the config at all
-    fs::copy_file(kData / "tiny-dsv32" / "config.json", dir / "config.json");
-    fs::copy_file(kData / "tiny-dsv32" / "model.safetensors", dir / "model.safetensors");
+    fs::copy_file(kTestData / "tiny-dsv32" / "config.json", dir / "config.json");
+    fs::copy_file(kTestData / "tiny-dsv32" / "model.safetensors", dir / "model.safetensors");
     EXPECT_THROW(load(dir.path(), true), ConfigError);
     EXPECT_TRUE(load(dir.path(), false).weights.mtp.empty());
   }
 }
 
 TEST(MtpWeights, DummyWeightsCountedInMetaMode) {
-  io::ModelConfig c = io::ModelConfig::load(kData / "tiny-glm5");
+  io::ModelConfig c = io::ModelConfig::load(kTestData / "tiny-glm5");
   c.num_nextn_predict_layers = 1;
   MetaAllocator without(Device::cpu()), with(Device::cpu());
   const ModelWeights a = load_weights(c, {}, nullptr, LoadFormat::kDummy, without, {}, false);

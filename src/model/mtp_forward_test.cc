@@ -9,13 +9,12 @@
 #include "io/test_dir.h"
 #include "model/model.h"
 #include "model/mtp_test_checkpoint.h"
+#include "test_data.h"
 
 namespace mls {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kData = MLASERVE_TEST_DATA;
-
 double relative_l2(const float* a, const float* b, int64_t n) {
   double diff = 0, norm = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -29,7 +28,7 @@ TEST(MtpForward, OnePassEqualsStepByStep) {
   for (const char* fixture : {"tiny-dsv3", "tiny-glm5"}) {
     SCOPED_TRACE(fixture);
     io::testing::TestDir dir;
-    testing::write_mtp_checkpoint(kData / fixture, dir.path(), 3);
+    testing::write_mtp_checkpoint(kTestData / fixture, dir.path(), 3);
     LoadOptions opts;
     opts.mtp = true;
     const std::unique_ptr<Model> model = Model::load(dir.path(), opts);
@@ -84,7 +83,7 @@ TEST(MtpForward, OnePassEqualsStepByStep) {
 
 TEST(MtpForward, NeedsItsLayerAndCache) {
   io::testing::TestDir dir;
-  testing::write_mtp_checkpoint(kData / "tiny-dsv32", dir.path(), 3);
+  testing::write_mtp_checkpoint(kTestData / "tiny-dsv32", dir.path(), 3);
   LoadOptions opts;
   opts.mtp = true;
   const std::unique_ptr<Model> model = Model::load(dir.path(), opts);

@@ -9,10 +9,10 @@
 namespace mls {
 namespace {
 
-struct Shared {
-  explicit Shared(int n)
+struct DeviceShared {
+  explicit DeviceShared(int n)
       : size(n), sync(n), published(n, nullptr), bytes(n, 0), ready(n, nullptr), done(n, nullptr) {}
-  ~Shared() {
+  ~DeviceShared() {
     for (cudaEvent_t e : ready)
       if (e) cudaEventDestroy(e);
     for (cudaEvent_t e : done)
@@ -41,7 +41,7 @@ device_reduce::Elem elem(const char* op, DType t) {
 
 class DeviceCommunicator final : public Communicator {
  public:
-  DeviceCommunicator(std::shared_ptr<Shared> s, int rank, int device, Allocator& alloc)
+  DeviceCommunicator(std::shared_ptr<DeviceShared> s, int rank, int device, Allocator& alloc)
       : s_(std::move(s)), rank_(rank), device_(device), alloc_(alloc) {}
 
   int rank() const override { return rank_; }
@@ -176,7 +176,7 @@ class DeviceCommunicator final : public Communicator {
                 "device collective copy");
   }
 
-  std::shared_ptr<Shared> s_;
+  std::shared_ptr<DeviceShared> s_;
   int rank_;
   int device_;
   Allocator& alloc_;
@@ -191,7 +191,7 @@ std::vector<std::unique_ptr<Communicator>> make_device_group(
                            device_reduce::kMaxRanks, size);
   if (static_cast<int>(allocators.size()) != size)
     raise<InvalidArgument>("a device communicator group needs one allocator per rank");
-  auto shared = std::make_shared<Shared>(size);
+  auto shared = std::make_shared<DeviceShared>(size);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < size; ++r)
     out.push_back(std::make_unique<DeviceCommunicator>(shared, r, device, *allocators[r]));

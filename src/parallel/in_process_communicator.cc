@@ -9,8 +9,8 @@
 namespace mls {
 namespace {
 
-struct Shared {
-  explicit Shared(int n) : size(n), sync(n), published(n, nullptr), bytes(n, 0) {}
+struct InProcessShared {
+  explicit InProcessShared(int n) : size(n), sync(n), published(n, nullptr), bytes(n, 0) {}
   int size;
   std::barrier<> sync;
   std::vector<const void*> published;
@@ -19,7 +19,7 @@ struct Shared {
 
 class InProcessCommunicator final : public Communicator {
  public:
-  InProcessCommunicator(std::shared_ptr<Shared> s, int rank, Allocator& alloc)
+  InProcessCommunicator(std::shared_ptr<InProcessShared> s, int rank, Allocator& alloc)
       : s_(std::move(s)), rank_(rank), alloc_(alloc) {}
 
   int rank() const override { return rank_; }
@@ -116,7 +116,7 @@ class InProcessCommunicator final : public Communicator {
     return scratch_;
   }
 
-  std::shared_ptr<Shared> s_;
+  std::shared_ptr<InProcessShared> s_;
   int rank_;
   Allocator& alloc_;
   Tensor scratch_;
@@ -127,7 +127,7 @@ class InProcessCommunicator final : public Communicator {
 std::vector<std::unique_ptr<Communicator>> make_in_process_group(
     int size, const std::vector<Allocator*>& allocators) {
   if (size < 1) raise<InvalidArgument>("a communicator group needs at least one rank");
-  auto shared = std::make_shared<Shared>(size);
+  auto shared = std::make_shared<InProcessShared>(size);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < size; ++r) {
     Allocator* a = r < static_cast<int>(allocators.size()) && allocators[r] ? allocators[r]

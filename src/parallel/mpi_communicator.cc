@@ -14,8 +14,8 @@ namespace mls {
 namespace {
 
 // What the ranks of one process share.
-struct Shared {
-  explicit Shared(int local)
+struct MpiShared {
+  explicit MpiShared(int local)
       : local(local),
         procs(World::get().num_processes()),
         process(World::get().process()),
@@ -23,7 +23,7 @@ struct Shared {
         published(local, nullptr),
         bytes(local, 0),
         comm(mpi::dup_world()) {}
-  ~Shared() { MPI_Comm_free(&comm); }
+  ~MpiShared() { MPI_Comm_free(&comm); }
 
   int local, procs, process;
   std::barrier<> sync;
@@ -43,7 +43,7 @@ char* grow(std::vector<char>& buf, size_t bytes) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(std::shared_ptr<Shared> s, int local_rank, Allocator& alloc)
+  MpiCommunicator(std::shared_ptr<MpiShared> s, int local_rank, Allocator& alloc)
       : s_(std::move(s)), local_(local_rank), alloc_(alloc) {}
 
   int rank() const override { return s_->process * s_->local + local_; }
@@ -218,7 +218,7 @@ class MpiCommunicator final : public Communicator {
     return scratch_;
   }
 
-  std::shared_ptr<Shared> s_;
+  std::shared_ptr<MpiShared> s_;
   int local_;
   Allocator& alloc_;
   Tensor scratch_;
@@ -232,7 +232,7 @@ std::vector<std::unique_ptr<Communicator>> make_mpi_group(
   std::vector<Allocator*> a(local_size, &default_allocator());
   for (int l = 0; l < local_size && l < static_cast<int>(allocators.size()); ++l)
     if (allocators[l]) a[l] = allocators[l];
-  auto shared = std::make_shared<Shared>(local_size);
+  auto shared = std::make_shared<MpiShared>(local_size);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int l = 0; l < local_size; ++l)
     out.push_back(std::make_unique<MpiCommunicator>(shared, l, *a[l]));

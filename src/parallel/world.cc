@@ -10,7 +10,6 @@
 
 #include "core/logging.h"
 #ifdef MLASERVE_MPI
-#include <spdlog/sinks/stdout_sinks.h>
 
 #include "parallel/mpi_wait.h"
 #endif
@@ -137,9 +136,7 @@ void World::init(int* argc, char*** argv) {
   if (w.multi_process()) {
     // Every process logs to stderr, tagged: mpirun merges them, and stdout stays the command's
     // output (the leader's).
-    auto logger = spdlog::stderr_logger_mt(fmt::format("process {}", w.process_));
-    logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v");
-    spdlog::set_default_logger(logger);
+    log_to_stderr_tagged(fmt::format("process {}", w.process_));
   }
   // mpirun binds each process to one core unless told otherwise: the rank threads, the CPU
   // kernels' thread pool and OpenBLAS would all share it (and OpenBLAS's rounding depends on its
@@ -218,12 +215,12 @@ void World::fail_job(const std::string& message) {
   static std::atomic<bool> failed{false};
   if (failed.exchange(true)) return;
   MLS_LOG_ERROR("{}", message);
-  spdlog::default_logger()->flush();
+  flush_log();
 #ifdef MLASERVE_MPI
   if (!g_initialised) return;
   std::thread([] {
     std::this_thread::sleep_for(kAbortGrace);
-    spdlog::default_logger()->flush();
+    flush_log();
     MPI_Abort(MPI_COMM_WORLD, 1);
   }).detach();
 #endif

@@ -3,14 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "chat/chat_template.h"
+#include "test_data.h"
 
 namespace mls::server {
 namespace {
 
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
-
-constexpr int32_t kEos = 980;
 
 const char* kTools = R"([{"type": "function", "function": {"name": "get_weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
@@ -50,7 +49,7 @@ class ChatCompletionsTest : public ::testing::Test {
         nullptr);
     const std::string id = "r";
     std::vector<int32_t> ids = tok_.encode(text, false);
-    ids.push_back(kEos);
+    ids.push_back(kTokGlmEndOfText);
     for (size_t i = 0; i < ids.size(); ++i) {
       TokenEvent ev;
       ev.request_id = &id;

@@ -19,25 +19,25 @@
 #include "server/stop_matcher.h"
 
 namespace mls::server {
-namespace {
 
-using ojson = nlohmann::ordered_json;
-
-// A present, non-null field, or nullptr (OpenAI clients send null for "unset").
-const ojson* field(const ojson& obj, const char* key) {
+const nlohmann::ordered_json* present_field(const nlohmann::ordered_json& obj, const char* key) {
   const auto it = obj.find(key);
   return it == obj.end() || it->is_null() ? nullptr : &*it;
 }
 
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
 std::optional<double> opt_number(const ojson& obj, const char* key) {
-  const ojson* v = field(obj, key);
+  const ojson* v = present_field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_number()) bad_request(fmt::format("'{}' must be a number", key), key);
   return v->get<double>();
 }
 
 std::optional<int64_t> opt_int(const ojson& obj, const char* key) {
-  const ojson* v = field(obj, key);
+  const ojson* v = present_field(obj, key);
   if (!v) return std::nullopt;
   if (v->is_number_integer()) return v->get<int64_t>();
   // 1.0 is an integer to Python's pydantic too; 1.5 is not.
@@ -48,14 +48,14 @@ std::optional<int64_t> opt_int(const ojson& obj, const char* key) {
 }
 
 std::optional<bool> opt_bool(const ojson& obj, const char* key) {
-  const ojson* v = field(obj, key);
+  const ojson* v = present_field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_boolean()) bad_request(fmt::format("'{}' must be a boolean", key), key);
   return v->get<bool>();
 }
 
 std::optional<std::string> opt_string(const ojson& obj, const char* key) {
-  const ojson* v = field(obj, key);
+  const ojson* v = present_field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_string()) bad_request(fmt::format("'{}' must be a string", key), key);
   return v->get<std::string>();
@@ -86,7 +86,7 @@ int32_t token_id(const ojson& v, const char* key) {
 // logit_bias, allowed_token_ids, bad_words (engine-side vocabulary checks come on submit).
 void parse_token_constraints(const ojson& body, SamplingOptions& o) {
   SamplingParams& p = o.params;
-  if (const ojson* bias = field(body, "logit_bias")) {
+  if (const ojson* bias = present_field(body, "logit_bias")) {
     if (!bias->is_object())
       bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
     for (auto it = bias->begin(); it != bias->end(); ++it) {
@@ -102,12 +102,12 @@ void parse_token_constraints(const ojson& body, SamplingOptions& o) {
       p.logit_bias.emplace_back(static_cast<int32_t>(std::stoll(key)), value.get<float>());
     }
   }
-  if (const ojson* ids = field(body, "allowed_token_ids")) {
+  if (const ojson* ids = present_field(body, "allowed_token_ids")) {
     if (!ids->is_array() || ids->empty())
       bad_request("'allowed_token_ids' must be a non-empty list of token ids", "allowed_token_ids");
     for (const ojson& id : *ids) p.allowed_token_ids.push_back(token_id(id, "allowed_token_ids"));
   }
-  if (const ojson* words = field(body, "bad_words")) {
+  if (const ojson* words = present_field(body, "bad_words")) {
     const char* shape = "'bad_words' must be a string or a list of non-empty strings";
     if (words->is_string()) {
       o.bad_words.push_back(words->get<std::string>());
@@ -183,7 +183,7 @@ constexpr Unsupported kUnsupportedCompletion[] = {
 
 void reject_unsupported(const ojson& body, std::span<const Unsupported> table) {
   for (const Unsupported& u : table)
-    if (const ojson* v = field(body, u.name); v && !u.is_default(*v))
+    if (const ojson* v = present_field(body, u.name); v && !u.is_default(*v))
       bad_request(fmt::format("'{}' {}", u.name, u.why), u.name);
 }
 
@@ -281,14 +281,14 @@ StructuredOutput parse_structured(const ojson& body) {
     found.back().field = std::move(field);
     return found.back();
   };
-  if (const ojson* rf = field(body, "response_format")) {
+  if (const ojson* rf = present_field(body, "response_format")) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
       bad_request("'response_format' must be an object with a 'type'", "response_format");
     const std::string type = (*rf)["type"].get<std::string>();
     if (type == "json_object") {
       add(Kind::kJsonObject, "response_format");
     } else if (type == "json_schema") {
-      const ojson* js = field(*rf, "json_schema");
+      const ojson* js = present_field(*rf, "json_schema");
       if (!js || !js->is_object() || !js->contains("schema"))
         bad_request("'response_format.json_schema' must be an object with a 'schema'",
                     "response_format.json_schema");
@@ -305,7 +305,7 @@ StructuredOutput parse_structured(const ojson& body) {
                   "response_format.type");
     }
   }
-  if (const ojson* so = field(body, "structured_outputs")) {
+  if (const ojson* so = present_field(body, "structured_outputs")) {
     if (!so->is_object())
       bad_request("'structured_outputs' must be an object", "structured_outputs");
     for (const auto& [key, v] : so->items()) {
@@ -332,20 +332,20 @@ StructuredOutput parse_structured(const ojson& body) {
       }
     }
   }
-  if (const ojson* v = field(body, "guided_json"))
+  if (const ojson* v = present_field(body, "guided_json"))
     add(Kind::kJsonSchema, "guided_json").schema = schema_field(*v, "guided_json");
-  if (const ojson* v = field(body, "guided_regex"))
+  if (const ojson* v = present_field(body, "guided_regex"))
     add(Kind::kRegex, "guided_regex").text = text_field(*v, "guided_regex");
-  if (const ojson* v = field(body, "guided_choice"))
+  if (const ojson* v = present_field(body, "guided_choice"))
     add(Kind::kChoice, "guided_choice").choices = choice_field(*v, "guided_choice");
-  if (const ojson* v = field(body, "guided_grammar"))
+  if (const ojson* v = present_field(body, "guided_grammar"))
     add(Kind::kGrammar, "guided_grammar").text = text_field(*v, "guided_grammar");
   if (found.size() > 1)
     bad_request(fmt::format("'{}' and '{}' both constrain the output; give only one",
                             found[0].field, found[1].field),
                 found[1].field);
   StructuredOutput out = found.empty() ? StructuredOutput{} : std::move(found[0]);
-  if (const ojson* v = field(body, "guided_whitespace_pattern"))
+  if (const ojson* v = present_field(body, "guided_whitespace_pattern"))
     whitespace.emplace_back("guided_whitespace_pattern",
                             text_field(*v, "guided_whitespace_pattern"));
   if (whitespace.empty()) return out;
@@ -397,9 +397,10 @@ SamplingOptions parse_sampling_fields(const ojson& body, const GenerationDefault
   if (!max_tokens) max_tokens = opt_int(body, "max_tokens");
   if (!max_tokens) max_tokens = d.max_tokens;
   if (max_tokens) {
-    check_range(*max_tokens >= 1,
-                field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
-                "must be at least 1");
+    check_range(
+        *max_tokens >= 1,
+        present_field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+        "must be at least 1");
     p.max_tokens = *max_tokens;
   }
   p.min_tokens = opt_int(body, "min_tokens").value_or(0);
@@ -407,9 +408,9 @@ SamplingOptions parse_sampling_fields(const ojson& body, const GenerationDefault
   if (p.max_tokens > 0)
     check_range(p.min_tokens <= p.max_tokens, "min_tokens", "must not exceed max_tokens");
   p.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
-  if (const ojson* ids = field(body, "stop_token_ids"))
+  if (const ojson* ids = present_field(body, "stop_token_ids"))
     p.stop_token_ids = int_list(*ids, "stop_token_ids");
-  if (const ojson* stop = field(body, "stop")) {
+  if (const ojson* stop = present_field(body, "stop")) {
     if (stop->is_string()) {
       o.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
@@ -437,7 +438,7 @@ SamplingOptions parse_sampling_fields(const ojson& body, const GenerationDefault
   }
   o.skip_special_tokens = opt_bool(body, "skip_special_tokens").value_or(true);
   o.stream = opt_bool(body, "stream").value_or(false);
-  if (const ojson* so = field(body, "stream_options")) {
+  if (const ojson* so = present_field(body, "stream_options")) {
     if (!so->is_object()) bad_request("'stream_options' must be an object", "stream_options");
     if (!o.stream)
       bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
@@ -530,7 +531,7 @@ ojson normalise_messages_impl(const ojson& messages) {
       if (m.contains("reasoning") && m["reasoning"].is_string() && !m.contains("reasoning_content"))
         n["reasoning_content"] = m["reasoning"];
       n.erase("reasoning");
-      if (const ojson* calls = field(m, "tool_calls")) {
+      if (const ojson* calls = present_field(m, "tool_calls")) {
         n["tool_calls"] = normalise_tool_calls(*calls, i);
         if (n["tool_calls"].empty()) n.erase("tool_calls");
       }
@@ -544,13 +545,13 @@ ojson normalise_messages_impl(const ojson& messages) {
 // A tool's `parameters` is a JSON Schema of an object (OpenAI): tool parsers read argument
 // types from its `properties`, so its shape is checked here rather than trusted there.
 void check_tool_parameters(const ojson& function, size_t index) {
-  const ojson* params = field(function, "parameters");
+  const ojson* params = present_field(function, "parameters");
   if (!params) return;
   const std::string param = fmt::format("tools[{}].function.parameters", index);
   if (!params->is_object()) bad_request(param + " must be a JSON Schema object", param);
-  if (const ojson* type = field(*params, "type"); type && *type != "object")
+  if (const ojson* type = present_field(*params, "type"); type && *type != "object")
     bad_request(param + ".type must be \"object\"", param);
-  if (const ojson* props = field(*params, "properties")) {
+  if (const ojson* props = present_field(*params, "properties")) {
     if (!props->is_object()) bad_request(param + ".properties must be an object", param);
     for (const auto& [name, schema] : props->items())
       if (!schema.is_object() && !schema.is_boolean())
@@ -560,7 +561,7 @@ void check_tool_parameters(const ojson& function, size_t index) {
 }
 
 void parse_tools(const ojson& body, ChatRequest& r) {
-  if (const ojson* tools = field(body, "tools")) {
+  if (const ojson* tools = present_field(body, "tools")) {
     if (!tools->is_array()) bad_request("'tools' must be a list", "tools");
     for (size_t i = 0; i < tools->size(); ++i) {
       const ojson& t = (*tools)[i];
@@ -574,7 +575,7 @@ void parse_tools(const ojson& body, ChatRequest& r) {
     }
     r.tools = *tools;
   }
-  const ojson* choice = field(body, "tool_choice");
+  const ojson* choice = present_field(body, "tool_choice");
   const bool has_tools = !r.tools.empty();
   if (!choice) {
     r.tool_choice = has_tools ? ToolChoice::kAuto : ToolChoice::kNone;
@@ -715,7 +716,7 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
   t["messages"] = normalise_messages_impl(body["messages"]);
   if (!r.tools.empty()) t["tools"] = r.tools;
   t["add_generation_prompt"] = opt_bool(body, "add_generation_prompt").value_or(true);
-  if (const ojson* kw = field(body, "chat_template_kwargs")) {
+  if (const ojson* kw = present_field(body, "chat_template_kwargs")) {
     if (!kw->is_object())
       bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     for (const auto& [k, v] : kw->items())
@@ -723,7 +724,7 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body,
         bad_request(chat::reserved_kwarg_message(k), "chat_template_kwargs." + k);
     t["chat_template_kwargs"] = *kw;
   }
-  if (const ojson* docs = field(body, "documents")) t["documents"] = *docs;
+  if (const ojson* docs = present_field(body, "documents")) t["documents"] = *docs;
   std::vector<std::string_view> known(std::begin(kSamplingFields), std::end(kSamplingFields));
   known.insert(known.end(), std::begin(kChatFields), std::end(kChatFields));
   log_ignored_fields(body, known);
@@ -750,7 +751,7 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
   std::vector<std::string_view> known(std::begin(kSamplingFields), std::end(kSamplingFields));
   known.insert(known.end(), std::begin(kCompletionFields), std::end(kCompletionFields));
   log_ignored_fields(body, known);
-  const ojson* prompt = field(body, "prompt");
+  const ojson* prompt = present_field(body, "prompt");
   if (!prompt) bad_request("'prompt' is required", "prompt");
   const char* shape =
       "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id "

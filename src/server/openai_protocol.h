@@ -21,6 +21,10 @@
 
 namespace mls::server {
 
+// A present, non-null field of a request object, or nullptr (OpenAI clients send null for
+// "unset").
+const nlohmann::ordered_json* present_field(const nlohmann::ordered_json& obj, const char* key);
+
 // Sampling defaults from the model's generation_config.json (`--generation-config auto`), used
 // when a request leaves the field out, as vLLM does.
 struct GenerationDefaults {

@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "test_data.h"
+
 namespace mls::server {
 namespace {
-
-constexpr int32_t kEos = 980;  // <|endoftext|> in the GLM fixture tokenizer
 
 class OutputStreamTest : public ::testing::Test {
  protected:
@@ -61,11 +61,11 @@ TEST_F(OutputStreamTest, HoldsBackOnlyWhatCouldStartAStopString) {
   std::vector<OutputEvent> events;
   ch->wait(events, std::chrono::milliseconds(0));
   EXPECT_EQ(text_of(events), "abc d");  // "XY" could still grow into "XYZ"
-  s.on_token(token(kEos, FinishReason::kStop));
+  s.on_token(token(kTokGlmEndOfText, FinishReason::kStop));
   ch->wait(events, std::chrono::milliseconds(0));
   EXPECT_EQ(text_of(events), "abc dXY");  // the EOS token's text is not output
   EXPECT_EQ(events.back().finish, FinishReason::kStop);
-  EXPECT_EQ(events.back().token_ids, std::vector<int32_t>{kEos});
+  EXPECT_EQ(events.back().token_ids, std::vector<int32_t>{kTokGlmEndOfText});
 }
 
 TEST_F(OutputStreamTest, ManyStopStringsMatchLikeOne) {
@@ -193,7 +193,7 @@ TEST_F(OutputStreamTest, StopTokenIsTheStopReason) {
                   .stop_token_ids = {stop_id},
                   .script = nullptr},
                  ch, nullptr);
-  s.on_token(token(kEos, FinishReason::kStop));
+  s.on_token(token(kTokGlmEndOfText, FinishReason::kStop));
   std::vector<OutputEvent> events;
   ch->wait(events, std::chrono::milliseconds(0));
   EXPECT_TRUE(stop_reason_json(events.back()).is_null());

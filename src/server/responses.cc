@@ -20,30 +20,30 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 // Fields that mean the same on /v1/responses as on chat (the chat parser checks them).
-constexpr std::string_view kChatFields[] = {"model",
-                                            "stream",
-                                            "temperature",
-                                            "top_p",
-                                            "top_k",
-                                            "min_p",
-                                            "seed",
-                                            "stop",
-                                            "presence_penalty",
-                                            "frequency_penalty",
-                                            "repetition_penalty",
-                                            "min_tokens",
-                                            "ignore_eos",
-                                            "stop_token_ids",
-                                            "logit_bias",
-                                            "allowed_token_ids",
-                                            "bad_words",
-                                            "include_stop_str_in_output",
-                                            "skip_special_tokens",
-                                            "chat_template_kwargs",
-                                            "include_reasoning",
-                                            "parallel_tool_calls"};
+constexpr std::string_view kFieldsAsOnChat[] = {"model",
+                                                "stream",
+                                                "temperature",
+                                                "top_p",
+                                                "top_k",
+                                                "min_p",
+                                                "seed",
+                                                "stop",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "repetition_penalty",
+                                                "min_tokens",
+                                                "ignore_eos",
+                                                "stop_token_ids",
+                                                "logit_bias",
+                                                "allowed_token_ids",
+                                                "bad_words",
+                                                "include_stop_str_in_output",
+                                                "skip_special_tokens",
+                                                "chat_template_kwargs",
+                                                "include_reasoning",
+                                                "parallel_tool_calls"};
 
-// Responses fields read here; with kChatFields, everything else is ignored and logged.
+// Responses fields read here; with kFieldsAsOnChat, everything else is ignored and logged.
 constexpr std::string_view kResponsesFields[] = {
     "input",      "instructions", "previous_response_id",
     "store",      "metadata",     "max_output_tokens",
@@ -52,13 +52,8 @@ constexpr std::string_view kResponsesFields[] = {
     "truncation", "background",   "max_tool_calls",
     "prompt",     "conversation"};
 
-const ojson* field(const ojson& obj, const char* key) {
-  const auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
 std::string string_field(const ojson& obj, const char* key, const std::string& param) {
-  const ojson* v = field(obj, key);
+  const ojson* v = present_field(obj, key);
   if (!v || !v->is_string()) bad_request(fmt::format("{}.{} must be a string", param, key), param);
   return v->get<std::string>();
 }
@@ -69,7 +64,7 @@ std::string content_text(const ojson& content, const std::string& param) {
   if (!content.is_array()) bad_request(param + " must be a string or a list of text parts", param);
   std::string text;
   for (const ojson& part : content) {
-    const ojson* type = part.is_object() ? field(part, "type") : nullptr;
+    const ojson* type = part.is_object() ? present_field(part, "type") : nullptr;
     if (!type || !type->is_string())
       bad_request(param + ": each part must be an object with a 'type'", param);
     const std::string t = type->get<std::string>();
@@ -102,13 +97,13 @@ ojson input_messages(const ojson& input) {
     const ojson& item = input[i];
     const std::string param = fmt::format("input[{}]", i);
     if (!item.is_object()) bad_request(param + " must be an object", param);
-    const ojson* type_field = field(item, "type");
+    const ojson* type_field = present_field(item, "type");
     if (type_field && !type_field->is_string())
       bad_request(param + ".type must be a string", param + ".type");
     const std::string type = type_field ? type_field->get<std::string>() : "message";
     if (type == "message") {
       const std::string role = string_field(item, "role", param);
-      const ojson* content = field(item, "content");
+      const ojson* content = present_field(item, "content");
       if (!content) bad_request(param + ".content is required", param + ".content");
       std::string text = content_text(*content, param + ".content");
       if (role == "assistant") {
@@ -118,7 +113,7 @@ ojson input_messages(const ojson& input) {
         out.push_back({{"role", role}, {"content", std::move(text)}});
       }
     } else if (type == "function_call") {
-      const ojson* args = field(item, "arguments");
+      const ojson* args = present_field(item, "arguments");
       if (args && !args->is_string())
         bad_request(param + ".arguments must be a JSON string", param + ".arguments");
       ojson& m = assistant();
@@ -130,14 +125,14 @@ ojson input_messages(const ojson& input) {
             {{"name", string_field(item, "name", param)},
              {"arguments", args ? args->get<std::string>() : std::string("{}")}}}});
     } else if (type == "function_call_output") {
-      const ojson* output = field(item, "output");
+      const ojson* output = present_field(item, "output");
       if (!output) bad_request(param + ".output is required", param + ".output");
       out.push_back({{"role", "tool"},
                      {"tool_call_id", string_field(item, "call_id", param)},
                      {"content", content_text(*output, param + ".output")}});
     } else if (type == "reasoning") {
       for (const char* key : {"content", "summary"})
-        if (const ojson* parts = field(item, key)) {
+        if (const ojson* parts = present_field(item, key)) {
           if (!parts->is_array())
             bad_request(fmt::format("{}.{} must be a list", param, key), param);
           for (const ojson& part : *parts) reasoning += string_field(part, "text", param);
@@ -162,7 +157,7 @@ ojson chat_tools(const ojson& tools) {
     const ojson& t = tools[i];
     const std::string param = fmt::format("tools[{}]", i);
     if (!t.is_object()) bad_request(param + " must be an object", param);
-    const ojson* type = field(t, "type");
+    const ojson* type = present_field(t, "type");
     if (!type || *type != "function")
       bad_request(fmt::format("{}: only tools of type 'function' are supported", param), param);
     if (t.contains("function")) {  // the chat shape, which some clients send here too
@@ -170,8 +165,8 @@ ojson chat_tools(const ojson& tools) {
       continue;
     }
     ojson fn = {{"name", string_field(t, "name", param)}};
-    if (const ojson* d = field(t, "description")) fn["description"] = *d;
-    if (const ojson* p = field(t, "parameters")) fn["parameters"] = *p;
+    if (const ojson* d = present_field(t, "description")) fn["description"] = *d;
+    if (const ojson* p = present_field(t, "parameters")) fn["parameters"] = *p;
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
   }
   return out;
@@ -191,26 +186,26 @@ void reject_unsupported(const ojson& body) {
   const auto reject = [](const char* name, const char* why) {
     bad_request(fmt::format("'{}' {}", name, why), name);
   };
-  if (const ojson* v = field(body, "include"); v && !(v->is_array() && v->empty()))
+  if (const ojson* v = present_field(body, "include"); v && !(v->is_array() && v->empty()))
     reject("include", "is not supported (no encrypted reasoning, logprobs or tool sources)");
-  if (const ojson* v = field(body, "top_logprobs"); v && *v != 0)
+  if (const ojson* v = present_field(body, "top_logprobs"); v && *v != 0)
     reject("top_logprobs", "is not supported on /v1/responses (use /v1/chat/completions)");
-  if (const ojson* v = field(body, "truncation"); v && *v != "disabled")
+  if (const ojson* v = present_field(body, "truncation"); v && *v != "disabled")
     reject("truncation", "only 'disabled' is supported");
-  if (const ojson* v = field(body, "background"); v && *v != false)
+  if (const ojson* v = present_field(body, "background"); v && *v != false)
     reject("background", "background responses are not supported");
-  if (const ojson* v = field(body, "reasoning"); v && !(v->is_object() && v->empty()))
+  if (const ojson* v = present_field(body, "reasoning"); v && !(v->is_object() && v->empty()))
     reject("reasoning", "is not supported: thinking is the chat template's (chat_template_kwargs)");
   for (const char* name : {"max_tool_calls", "prompt", "conversation"})
-    if (field(body, name)) reject(name, "is not supported");
+    if (present_field(body, name)) reject(name, "is not supported");
 }
 
 // text.format as chat's response_format (structured outputs: docs/structured-outputs.md).
 void text_format(const ojson& text, ojson& chat) {
   if (!text.is_object()) bad_request("'text' must be an object", "text");
-  if (const ojson* v = field(text, "verbosity"); v && *v != "medium")
+  if (const ojson* v = present_field(text, "verbosity"); v && *v != "medium")
     bad_request("'text.verbosity' other than 'medium' is not supported", "text.verbosity");
-  const ojson* format = field(text, "format");
+  const ojson* format = present_field(text, "format");
   if (!format) return;
   const std::string type = format->is_object() ? format->value("type", "") : "";
   if (type == "text") return;
@@ -249,25 +244,25 @@ ResponsesRequest parse_responses_request(const nlohmann::ordered_json& body,
                                          const GenerationDefaults& defaults, ResponseStore& store) {
   ResponsesRequest r;
   reject_unsupported(body);
-  std::vector<std::string_view> known(std::begin(kChatFields), std::end(kChatFields));
+  std::vector<std::string_view> known(std::begin(kFieldsAsOnChat), std::end(kFieldsAsOnChat));
   known.insert(known.end(), std::begin(kResponsesFields), std::end(kResponsesFields));
   log_ignored_fields(body, known);
 
   ojson chat = ojson::object();
-  for (std::string_view k : kChatFields)
+  for (std::string_view k : kFieldsAsOnChat)
     if (const auto it = body.find(std::string(k)); it != body.end()) chat[std::string(k)] = *it;
-  if (const ojson* v = field(body, "max_output_tokens")) {
+  if (const ojson* v = present_field(body, "max_output_tokens")) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1)
       bad_request("'max_output_tokens' must be an integer of at least 1", "max_output_tokens");
     chat["max_tokens"] = *v;
   }
-  if (const ojson* v = field(body, "store")) {
+  if (const ojson* v = present_field(body, "store")) {
     if (!v->is_boolean()) bad_request("'store' must be a boolean", "store");
     r.store = v->get<bool>();
   }
-  if (const ojson* v = field(body, "metadata"); v && !v->is_object())
+  if (const ojson* v = present_field(body, "metadata"); v && !v->is_object())
     bad_request("'metadata' must be an object of strings", "metadata");
-  if (const ojson* v = field(body, "previous_response_id")) {
+  if (const ojson* v = present_field(body, "previous_response_id")) {
     if (!v->is_string())
       bad_request("'previous_response_id' must be a string", "previous_response_id");
     r.previous_response_id = v->get<std::string>();
@@ -280,26 +275,26 @@ ResponsesRequest parse_responses_request(const nlohmann::ordered_json& body,
                      "previous_response_id");
     r.conversation = std::move(*previous);
   }
-  const ojson* input = field(body, "input");
+  const ojson* input = present_field(body, "input");
   if (!input) bad_request("'input' is required", "input");
   for (ojson& m : input_messages(*input)) r.conversation.push_back(std::move(m));
 
   ojson messages = ojson::array();
-  const ojson* instructions = field(body, "instructions");
+  const ojson* instructions = present_field(body, "instructions");
   if (instructions && !instructions->is_string())
     bad_request("'instructions' must be a string", "instructions");
   if (instructions) messages.push_back({{"role", "system"}, {"content", *instructions}});
   for (const ojson& m : r.conversation) messages.push_back(m);
   chat["messages"] = std::move(messages);
-  if (const ojson* tools = field(body, "tools")) chat["tools"] = chat_tools(*tools);
-  if (const ojson* choice = field(body, "tool_choice"))
+  if (const ojson* tools = present_field(body, "tools")) chat["tools"] = chat_tools(*tools);
+  if (const ojson* choice = present_field(body, "tool_choice"))
     chat["tool_choice"] = chat_tool_choice(*choice);
-  if (const ojson* text = field(body, "text")) text_format(*text, chat);
+  if (const ojson* text = present_field(body, "text")) text_format(*text, chat);
   r.chat = parse_chat_request(chat, defaults);
 
   const SamplingParams& p = r.chat.sampling.params;
   const auto given = [&](const char* key, json fallback) {
-    const ojson* v = field(body, key);
+    const ojson* v = present_field(body, key);
     return v ? json::parse(v->dump()) : std::move(fallback);
   };
   r.echo = {{"instructions", given("instructions", nullptr)},

@@ -3,14 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "server/errors.h"
+#include "test_data.h"
 
 namespace mls::server {
 namespace {
 
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
-
-constexpr int32_t kEos = 980;
 
 ResponsesRequest parse(const std::string& body, ResponseStore& store) {
   return parse_responses_request(parse_json_body(body), {}, store);
@@ -137,7 +136,7 @@ class ResponsesOutput : public ::testing::Test {
         nullptr);
     const std::string id = "r";
     std::vector<int32_t> ids = tok_.encode(text, false);
-    if (last == FinishReason::kStop) ids.push_back(kEos);
+    if (last == FinishReason::kStop) ids.push_back(kTokGlmEndOfText);
     for (size_t i = 0; i < ids.size(); ++i) {
       TokenEvent ev;
       ev.request_id = &id;

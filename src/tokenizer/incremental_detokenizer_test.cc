@@ -2,19 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include "test_data.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
 
 namespace mls::tok {
 namespace {
 
-const std::filesystem::path kData = MLASERVE_TEST_DATA;
-
 class IncrementalTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(IncrementalTest, ConcatenationEqualsFullDecode) {
-  const Tokenizer tok = Tokenizer::from_dir(kData / GetParam());
-  const auto golden = nlohmann::json::parse(read_text_file(kData / GetParam() / "golden.json"));
+  const Tokenizer tok = Tokenizer::from_dir(kTestData / GetParam());
+  const auto golden = nlohmann::json::parse(read_text_file(kTestData / GetParam() / "golden.json"));
   for (const auto& c : golden["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
     for (bool skip : {false, true}) {
@@ -36,7 +35,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, IncrementalTest, ::testing::Values("tok-glm",
 
 // Feeds an emoji one byte-token at a time: nothing may come out until the character is whole.
 TEST(IncrementalDetokenizer, HoldsPartialCharacters) {
-  const Tokenizer tok = Tokenizer::from_dir(kData / "tok-glm");
+  const Tokenizer tok = Tokenizer::from_dir(kTestData / "tok-glm");
   const std::string rocket = "\xF0\x9F\x9A\x80";
   std::vector<int32_t> ids;
   for (unsigned char b : rocket)

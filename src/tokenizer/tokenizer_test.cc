@@ -6,23 +6,22 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "test_data.h"
 #include "tokenizer/byte_level.h"
 
 namespace mls::tok {
 namespace {
 
-const std::filesystem::path kData = MLASERVE_TEST_DATA;
-
 // Callers keep the result in a local: a range-for over a member of the temporary would read
 // freed memory (the temporary dies before the loop body runs; ASan found it).
 nlohmann::json load_golden(const std::string& name) {
-  return nlohmann::json::parse(read_text_file(kData / name / "golden.json"));
+  return nlohmann::json::parse(read_text_file(kTestData / name / "golden.json"));
 }
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenTest, EncodeMatchesHuggingFace) {
-  const Tokenizer tok = Tokenizer::from_dir(kData / GetParam());
+  const Tokenizer tok = Tokenizer::from_dir(kTestData / GetParam());
   const nlohmann::json golden = load_golden(GetParam());
   for (const auto& c : golden["cases"]) {
     const std::string text = c["text"];
@@ -33,7 +32,7 @@ TEST_P(GoldenTest, EncodeMatchesHuggingFace) {
 }
 
 TEST_P(GoldenTest, DecodeMatchesHuggingFace) {
-  const Tokenizer tok = Tokenizer::from_dir(kData / GetParam());
+  const Tokenizer tok = Tokenizer::from_dir(kTestData / GetParam());
   const nlohmann::json golden = load_golden(GetParam());
   for (const auto& c : golden["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
@@ -44,7 +43,7 @@ TEST_P(GoldenTest, DecodeMatchesHuggingFace) {
 }
 
 TEST_P(GoldenTest, TokensSpellLikeHuggingFace) {
-  const Tokenizer tok = Tokenizer::from_dir(kData / GetParam());
+  const Tokenizer tok = Tokenizer::from_dir(kTestData / GetParam());
   const nlohmann::json golden = load_golden(GetParam());
   for (const auto& c : golden["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
@@ -60,7 +59,7 @@ TEST_P(GoldenTest, TokensSpellLikeHuggingFace) {
 // Encodes ~1 MB of mixed-script text and reports throughput; the merge loop and the word cache
 // must keep this far below a second.
 TEST_P(GoldenTest, ThroughputOnOneMegabyte) {
-  const Tokenizer tok = Tokenizer::from_dir(kData / GetParam());
+  const Tokenizer tok = Tokenizer::from_dir(kTestData / GetParam());
   std::string doc;
   const auto golden = load_golden(GetParam());
   while (doc.size() < (1u << 20))
@@ -80,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::Values("tok-glm", "tok
                          [](const auto& info) { return info.param == "tok-glm" ? "glm" : "ds"; });
 
 TEST(Tokenizer, SpecialTokenAccessors) {
-  const Tokenizer ds = Tokenizer::from_dir(kData / "tok-ds");
+  const Tokenizer ds = Tokenizer::from_dir(kTestData / "tok-ds");
   const auto bos = ds.token_to_id("<｜begin▁of▁sentence｜>");
   ASSERT_TRUE(bos);
   EXPECT_TRUE(ds.is_special(*bos));
@@ -90,7 +89,7 @@ TEST(Tokenizer, SpecialTokenAccessors) {
 }
 
 TEST(Tokenizer, ConfigOverridesBos) {
-  const auto j = nlohmann::json::parse(read_text_file(kData / "tok-ds" / "tokenizer.json"));
+  const auto j = nlohmann::json::parse(read_text_file(kTestData / "tok-ds" / "tokenizer.json"));
   TokenizerConfig cfg;
   cfg.bos_token = "<｜begin▁of▁sentence｜>";
   cfg.add_bos_token = false;
@@ -123,7 +122,7 @@ TEST(Tokenizer, StringMergesAndGpt2Regex) {
 // tokenizer.json ids index the tokenizer's tables: negative, huge, fractional or non-numeric ids
 // are a ConfigError naming where they are, never an out-of-bounds write or a huge allocation.
 TEST(Tokenizer, RejectsBadIds) {
-  const auto base = nlohmann::json::parse(read_text_file(kData / "tok-glm" / "tokenizer.json"));
+  const auto base = nlohmann::json::parse(read_text_file(kTestData / "tok-glm" / "tokenizer.json"));
   const nlohmann::json bad_ids[] = {-1,  int64_t{1} << 31, uint64_t{1} << 63, 4194304, 1.5,
                                     "7", nullptr};
   for (const auto& id : bad_ids) {
@@ -155,7 +154,7 @@ TEST(Tokenizer, RejectsBadIds) {
 // fuzz_tokenizer: a post-processor's special token id that no token has; encode emitted it and
 // decode of encode's own output threw.
 TEST(Tokenizer, RejectsPostProcessorIdsOutsideTheVocabulary) {
-  auto j = nlohmann::json::parse(read_text_file(kData / "tok-glm" / "tokenizer.json"));
+  auto j = nlohmann::json::parse(read_text_file(kTestData / "tok-glm" / "tokenizer.json"));
   const int32_t n = Tokenizer::from_json(j).vocab_size();
   j["post_processor"] = {
       {"type", "TemplateProcessing"},
@@ -179,11 +178,11 @@ TEST(Tokenizer, RejectsPostProcessorIdsOutsideTheVocabulary) {
 }
 
 TEST(Tokenizer, RejectsBadInput) {
-  const Tokenizer tok = Tokenizer::from_dir(kData / "tok-glm");
+  const Tokenizer tok = Tokenizer::from_dir(kTestData / "tok-glm");
   EXPECT_THROW(tok.encode("\xff\xfe", false), InvalidArgument);
   const int32_t bad[] = {123456};
   EXPECT_THROW(tok.decode(bad, false), InvalidArgument);
-  EXPECT_THROW(Tokenizer::from_dir(kData / "no-such-dir"), IoError);
+  EXPECT_THROW(Tokenizer::from_dir(kTestData / "no-such-dir"), IoError);
 }
 
 }  // namespace

@@ -27,13 +27,12 @@
 #include "model/model.h"
 #include "ops/copy.h"
 #include "ops/indexer_topk.h"
+#include "test_data.h"
 
 namespace mls {
 namespace {
 
 constexpr double kTol = 1e-4;
-
-const std::string kData = MLASERVE_TEST_DATA;
 
 using golden::as_f32;
 using golden::as_i32;
@@ -137,7 +136,7 @@ using Param = std::tuple<std::string, TopkTieOrder>;
 class Conformance : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
-    dir_ = kData + "/" + fixture();
+    dir_ = kTestData.string() + "/" + fixture();
     LoadOptions opts;
     opts.topk_tie_order = order();
     model_ = Model::load(dir_, opts);

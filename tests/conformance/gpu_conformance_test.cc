@@ -34,12 +34,11 @@
 #include "io/safetensors.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
+#include "test_data.h"
 #endif
 
 namespace mls {
 namespace {
-
-const std::string kData = MLASERVE_TEST_DATA;
 
 bool have_gpu() {
 #ifdef MLASERVE_CUDA_RUNTIME
@@ -56,7 +55,7 @@ class GpuConformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
-    dir_ = kData + "/" + GetParam();
+    dir_ = kTestData.string() + "/" + GetParam();
     yardstick_ = golden::yardstick(dir_);
     golden_ = std::make_unique<io::SafetensorsFile>(
         io::SafetensorsFile::open(dir_ + "/golden.safetensors"));

@@ -22,12 +22,11 @@
 #include "ops/copy.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
+#include "test_data.h"
 #endif
 
 namespace mls {
 namespace {
-
-const std::string kData = MLASERVE_TEST_DATA;
 
 bool have_gpu() {
 #ifdef MLASERVE_CUDA_RUNTIME
@@ -101,7 +100,7 @@ class RanksOnOneGpu : public ::testing::TestWithParam<std::tuple<std::string, in
 TEST_P(RanksOnOneGpu, GoldenPrefillsConformLikeTp1) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
   const auto& [fixture, tp, sp] = GetParam();
-  const std::string dir = kData + "/" + fixture;
+  const std::string dir = kTestData.string() + "/" + fixture;
   const auto gold = io::SafetensorsFile::open(dir + "/golden.safetensors");
   const nlohmann::json hf = golden::yardstick(dir);
   const auto tensor = [&](const std::string& name) -> const io::TensorInfo& {

@@ -11,14 +11,13 @@
 #include "engine/model_runner.h"
 #include "engine/simple_generator.h"
 #include "io/safetensors.h"
+#include "test_data.h"
 
 namespace mls {
 namespace {
 
-const std::string kData = MLASERVE_TEST_DATA;
-
 std::vector<int32_t> golden_ids(const std::string& fixture, const std::string& name) {
-  auto f = io::SafetensorsFile::open(kData + "/" + fixture + "/golden.safetensors");
+  auto f = io::SafetensorsFile::open(kTestData.string() + "/" + fixture + "/golden.safetensors");
   const io::TensorInfo* t = f.find(name);
   const auto* p = reinterpret_cast<const int32_t*>(t->data);
   return {p, p + t->numel()};
@@ -66,7 +65,7 @@ const Reference& reference(const std::string& fixture) {
   static std::map<std::string, Reference> cache;
   auto it = cache.find(fixture);
   if (it != cache.end()) return it->second;
-  ModelRunner runner({.model = kData + "/" + fixture, .topk_tie_order = kOrder});
+  ModelRunner runner({.model = kTestData.string() + "/" + fixture, .topk_tie_order = kOrder});
   Reference r;
   for (const auto& p : prompts(fixture)) r.logits.push_back(all_logits(runner, p));
   r.greedy = generate_greedy(runner, golden_ids(fixture, "generate.prompt_ids"), 40).output_ids;
@@ -78,7 +77,7 @@ class TensorParallel : public ::testing::TestWithParam<std::tuple<std::string, i
 TEST_P(TensorParallel, LogitsAndGreedyEqualSingleRank) {
   const auto& [fixture, tp, sp] = GetParam();
   const Reference& ref = reference(fixture);
-  ModelRunner runner({.model = kData + "/" + fixture,
+  ModelRunner runner({.model = kTestData.string() + "/" + fixture,
                       .tensor_parallel_size = tp,
                       .sequence_parallel = sp,
                       .topk_tie_order = kOrder});

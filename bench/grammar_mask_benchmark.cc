@@ -241,8 +241,45 @@ void mask_cost(benchmark::State& state, std::shared_ptr<const Vocabulary> (*make
   state.counters["states"] = static_cast<double>(states);
 }
 
+// Compile time where the grammar's states are unbounded (JSON object mode, a recursive schema):
+// the precomputation stops at its budget of states.
+void compile_cost(benchmark::State& state, std::shared_ptr<const Vocabulary> (*make)(),
+                  const char* schema) {
+  static std::unordered_map<void*, std::shared_ptr<const Vocabulary>> vocabs;
+  auto& vocab = vocabs[reinterpret_cast<void*>(make)];
+  if (!vocab) vocab = make();
+  std::vector<double> ms;
+  size_t states = 0;
+  for (auto _ : state) {
+    GrammarCompiler gc(vocab);
+    const double c0 = thread_cpu_us();
+    auto g = *schema ? gc.json_schema(ojson::parse(schema)) : gc.json_object();
+    ms.push_back((thread_cpu_us() - c0) / 1000);
+    states = g->num_states();
+  }
+  state.counters["compile_ms"] = percentile(ms, 0.5);
+  state.counters["states"] = static_cast<double>(states);
+}
+
+constexpr const char* kRecursive =
+    R"({"$defs":{"t":{"type":"object","properties":{"v":{"type":"integer"},
+        "kids":{"type":"array","items":{"$ref":"#/$defs/t"}}},"required":["v"]}},
+        "$ref":"#/$defs/t"})";
+
 }  // namespace
 
+BENCHMARK_CAPTURE(compile_cost, demo_json_object, demo_vocab, "")
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(compile_cost, demo_recursive, demo_vocab, kRecursive)
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(compile_cost, v154880_json_object, synthetic_vocab, "")
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(compile_cost, v154880_recursive, synthetic_vocab, kRecursive)
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, demo_nested, demo_vocab, 0)
     ->Iterations(5)
     ->Unit(benchmark::kMillisecond);

@@ -7,8 +7,24 @@
 
 namespace mls::grammar {
 
-CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab)
+CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab,
+                                 size_t precomputed_states)
     : g_(std::move(g)), vocab_(std::move(vocab)), classes_(g_, *vocab_) {
+  // Byte classes: refine the partition of the 256 bytes by each byte set in turn.
+  size_t n = 1;
+  for (const ByteSet& set : g_.sets()) {
+    std::array<int16_t, 512> renumber;
+    renumber.fill(-1);
+    int16_t m = 0;
+    for (int b = 0; b < 256; ++b) {
+      int16_t& c = renumber[2 * byte_class_[b] + (set.test(static_cast<uint8_t>(b)) ? 1 : 0)];
+      if (c < 0) c = m++;
+      byte_class_[b] = static_cast<uint8_t>(c);
+    }
+    n = static_cast<size_t>(m);
+  }
+  class_bytes_.assign(n, 0);
+  for (int b = 255; b >= 0; --b) class_bytes_[byte_class_[b]] = static_cast<uint8_t>(b);
   std::vector<Stack> init;
   for (int32_t alt : g_.alternatives(g_.root())) {
     Stack s{alt};
@@ -16,6 +32,7 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vo
   }
   std::lock_guard lock(mu_);
   if (intern(std::move(init)) != 0) raise<InternalError>("the initial state must be state 0");
+  precompute(precomputed_states);
 }
 
 // Moves `stack` to where its top is a terminal (or it is empty), following references and
@@ -83,13 +100,14 @@ int32_t CompiledGrammar::intern(std::vector<Stack> stacks) {
   st.tops = t->second;
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
-  trans_.emplace_back().fill(kUnknown);
+  trans_.resize(trans_.size() + class_bytes_.size(), kUnknown);
   ids_.emplace(std::move(key), id);
   return id;
 }
 
 int32_t CompiledGrammar::next_locked(int32_t state, uint8_t byte) {
-  int32_t& t = trans_[static_cast<size_t>(state)][byte];
+  // A reference into the deque stays valid while intern appends rows.
+  int32_t& t = trans_[static_cast<size_t>(state) * class_bytes_.size() + byte_class_[byte]];
   if (t != kUnknown) return t;
   std::vector<Stack> out;
   const auto& elems = g_.elements();
@@ -104,6 +122,29 @@ int32_t CompiledGrammar::next_locked(int32_t state, uint8_t byte) {
   }
   t = intern(std::move(out));
   return t;
+}
+
+// Breadth-first: states_ grows behind the cursor. A state whose union the cache cannot keep
+// (half of it is left to states first met at run time) keeps no tokens either: fill_mask
+// computes its mask each time, as for such a state met at run time.
+void CompiledGrammar::precompute(size_t max_states) {
+  std::vector<int32_t> scratch_live;
+  try {
+    for (size_t s = 0; s < states_.size() && s < max_states; ++s) {
+      const auto state = static_cast<int32_t>(s);
+      for (uint8_t b : class_bytes_) next_locked(state, b);
+      if (states_[s].mask_known) continue;
+      const Tops& tops = tops_[states_[s].tops];
+      if (tops.positions.size() > 1 && !tops.top_union && top_unions_ >= kMaxTopUnions / 2)
+        continue;
+      TopUnion scratch;
+      const TopUnion& u = top_union(states_[s].tops, scratch);
+      if (&u != &scratch) passing(state, u, true, scratch_live);
+    }
+  } catch (const GrammarError&) {
+    // Too ambiguous somewhere: the error belongs to a request whose output gets there (it may
+    // never), as without precomputation; the states built so far are complete and stay.
+  }
 }
 
 int32_t CompiledGrammar::next(int32_t state, uint8_t byte) {
@@ -156,11 +197,13 @@ const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUni
   std::sort(u.dependent.begin(), u.dependent.end());
   u.dependent.erase(std::unique(u.dependent.begin(), u.dependent.end()), u.dependent.end());
   for (int32_t& t : u.dependent) t = vocab_->token_ids()[static_cast<size_t>(t)];
-  if (top_unions_ >= kMaxTopUnions) {
-    scratch = std::move(u);
-    return scratch;
+  if (!u.accepted.empty()) {
+    if (top_unions_ >= kMaxTopUnions) {
+      scratch = std::move(u);
+      return scratch;
+    }
+    ++top_unions_;
   }
-  ++top_unions_;
   tops_[tops].top_union = std::make_unique<TopUnion>(std::move(u));
   return *tops_[tops].top_union;
 }
@@ -230,18 +273,24 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> mask) {
   TopUnion scratch;
   const TopUnion& u = top_union(states_[state].tops, scratch);
   accepted_mask(states_[state].tops, u, mask);
-  if (!states_[state].mask_known) {
-    std::vector<int32_t> live = live_dependent(state, u);
-    // A union past the bound is rebuilt each time: so is the state's walk.
-    if (&u != &scratch) {
-      states_[state].live = std::move(live);
-      states_[state].mask_known = true;
-    } else {
-      for (int32_t t : live) mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
-      return;
-    }
+  std::vector<int32_t> scratch_live;
+  for (int32_t t : passing(state, u, &u != &scratch, scratch_live))
+    mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+}
+
+// A union past the bound is rebuilt each time: so is the state's walk.
+const std::vector<int32_t>& CompiledGrammar::passing(int32_t state, const TopUnion& u, bool kept,
+                                                     std::vector<int32_t>& scratch) {
+  if (states_[state].mask_known) return states_[state].live;
+  std::vector<int32_t> live = live_dependent(state, u);
+  if (!kept) {
+    scratch = std::move(live);
+    return scratch;
   }
-  for (int32_t t : states_[state].live) mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+  State& st = states_[state];  // after the walk, which may grow states_
+  st.live = std::move(live);
+  st.mask_known = true;
+  return st.live;
 }
 
 }  // namespace mls::grammar

@@ -135,7 +135,7 @@ void CompiledGrammar::precompute(size_t max_states) {
       for (uint8_t b : class_bytes_) next_locked(state, b);
       if (states_[s].mask_known) continue;
       const Tops& tops = tops_[states_[s].tops];
-      if (tops.positions.size() > 1 && !tops.top_union && top_unions_ >= kMaxTopUnions / 2)
+      if (tops.positions.size() > 1 && !tops.top_union && union_bytes_ >= kMaxUnionBytes / 2)
         continue;
       TopUnion scratch;
       const TopUnion& u = top_union(states_[s].tops, scratch);
@@ -179,6 +179,21 @@ size_t CompiledGrammar::num_states() const {
   return states_.size();
 }
 
+size_t CompiledGrammar::memory_bytes() const {
+  std::lock_guard lock(mu_);
+  size_t bytes = classes_.stats().bytes + trans_.size() * sizeof(int32_t) + union_bytes_;
+  for (const State& st : states_) {
+    bytes += sizeof(State) + st.live.size() * sizeof(int32_t);
+    // Each stack twice: in the state and in its interning key.
+    for (const Stack& s : st.stacks) bytes += sizeof(Stack) + 2 * (s.size() + 1) * sizeof(int32_t);
+  }
+  for (const Tops& t : tops_) {
+    bytes += sizeof(Tops) + 2 * t.positions.size() * sizeof(int32_t);
+    if (t.top_union) bytes += sizeof(TopUnion) + t.top_union->dependent.size() * sizeof(int32_t);
+  }
+  return bytes;
+}
+
 const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUnion& scratch) {
   if (tops_[tops].top_union) return *tops_[tops].top_union;
   TopUnion u;
@@ -186,23 +201,25 @@ const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUni
   // One top's accepted set makes the mask as it is (it excludes its own dependent tokens);
   // several are ORed once. The dependent tokens not accepted go by bytes (through their ranks),
   // so that a walk shares the previous token's prefix; distinct.
+  std::vector<uint32_t> accepted;
   if (positions.size() > 1) {
-    u.accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
-    for (int32_t p : positions) classes_.accepted(p).add_to(u.accepted);
+    accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
+    for (int32_t p : positions) classes_.accepted(p).add_to(accepted);
   }
   for (int32_t p : positions)
     for (int32_t t : classes_.context_dependent(p))
-      if (u.accepted.empty() || !((u.accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u))
+      if (accepted.empty() || !((accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u))
         u.dependent.push_back(vocab_->rank(t));
   std::sort(u.dependent.begin(), u.dependent.end());
   u.dependent.erase(std::unique(u.dependent.begin(), u.dependent.end()), u.dependent.end());
   for (int32_t& t : u.dependent) t = vocab_->token_ids()[static_cast<size_t>(t)];
-  if (!u.accepted.empty()) {
-    if (top_unions_ >= kMaxTopUnions) {
+  if (!accepted.empty()) {
+    u.accepted = TokenSet::from_mask(std::move(accepted), *vocab_);
+    if (union_bytes_ + u.accepted.bytes() > kMaxUnionBytes) {
       scratch = std::move(u);
       return scratch;
     }
-    ++top_unions_;
+    union_bytes_ += u.accepted.bytes();
   }
   tops_[tops].top_union = std::make_unique<TopUnion>(std::move(u));
   return *tops_[tops].top_union;
@@ -211,8 +228,8 @@ const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUni
 void CompiledGrammar::accepted_mask(int32_t tops, const TopUnion& u,
                                     std::span<uint32_t> mask) const {
   const std::vector<int32_t>& positions = tops_[tops].positions;
-  if (!u.accepted.empty())
-    std::memcpy(mask.data(), u.accepted.data(), mask.size() * sizeof(uint32_t));
+  if (positions.size() > 1)
+    u.accepted.copy_to(mask);
   else if (positions.empty())
     std::fill(mask.begin(), mask.end(), 0u);
   else

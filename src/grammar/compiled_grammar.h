@@ -22,9 +22,9 @@
 // Thread-safe (one mutex): handler threads share compiled grammars through GrammarCompiler's
 // cache while the engine advances and masks. Bounded: past kMaxStates states or kMaxStacks
 // stacks in one state the grammar is rejected (GrammarError) as too ambiguous, where the matcher
-// meets them (not while precomputing); at most kMaxTopUnions unions of several tops (a mask
-// each) are kept per grammar, at most half of them by precomputation (a state whose union is
-// not kept computes its mask each time).
+// meets them (not while precomputing); the unions of several tops (each as ids or a mask,
+// whichever is smaller) are kept up to kMaxUnionBytes per grammar, at most half of it filled by
+// precomputation (a state whose union is not kept computes its mask each time).
 #pragma once
 
 #include <array>
@@ -39,6 +39,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/token_classification.h"
+#include "grammar/token_set.h"
 #include "grammar/vocabulary.h"
 
 namespace mls::grammar {
@@ -48,7 +49,7 @@ class CompiledGrammar {
   static constexpr int32_t kDead = -1;
   static constexpr size_t kMaxStates = 1 << 17;
   static constexpr size_t kMaxStacks = 4096;
-  static constexpr size_t kMaxTopUnions = 256;
+  static constexpr size_t kMaxUnionBytes = size_t{4} << 20;
   static constexpr size_t kPrecomputedStates = 2048;
 
   CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab,
@@ -70,6 +71,9 @@ class CompiledGrammar {
   void fill_mask(int32_t state, std::span<uint32_t> mask);
 
   size_t num_states() const;
+  // Bytes held by the states, their transitions, unions and kept tokens, and the classification's
+  // sets (containers' payloads; not the allocator's overhead).
+  size_t memory_bytes() const;
   // Classes of bytes that lead from every state to the same state.
   size_t num_byte_classes() const { return class_bytes_.size(); }
   const TokenClassification& classification() const { return classes_; }
@@ -91,15 +95,15 @@ class CompiledGrammar {
   void precompute(size_t max_states);
   // What a state's mask starts from, per distinct set of stack tops.
   struct TopUnion {
-    // The tops' accepted sets, as a mask; empty for one top (its set makes the mask) or none.
-    std::vector<uint32_t> accepted;
+    // The tops' accepted sets together; empty for one top (its set makes the mask) or none.
+    TokenSet accepted;
     std::vector<int32_t> dependent;  // their context-dependent tokens not accepted, by bytes
   };
   struct Tops {
     std::vector<int32_t> positions;       // the non-empty stacks' tops, sorted, distinct
-    std::unique_ptr<TopUnion> top_union;  // lazily; kept for at most kMaxTopUnions sets
+    std::unique_ptr<TopUnion> top_union;  // lazily; kept within kMaxUnionBytes
   };
-  // Cached (at most kMaxTopUnions; past that built into `scratch`).
+  // Cached (within kMaxUnionBytes; past that built into `scratch`).
   const TopUnion& top_union(int32_t tops, TopUnion& scratch);
   // Sets `mask` to the accepted sets of the tops.
   void accepted_mask(int32_t tops, const TopUnion& u, std::span<uint32_t> mask) const;
@@ -123,7 +127,7 @@ class CompiledGrammar {
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<Tops> tops_;
   std::unordered_map<std::string, int32_t> tops_ids_;  // key: the sorted tops' bytes
-  size_t top_unions_ = 0;
+  size_t union_bytes_ = 0;                             // of the kept unions' accepted sets
 };
 
 }  // namespace mls::grammar

@@ -52,6 +52,7 @@ TEST(CompiledGrammar, PrecomputedStatesMaskAsStatesBuiltOnFirstUse) {
       CompiledGrammar eager(Grammar::from_rules(rules), v);
       CompiledGrammar lazy(Grammar::from_rules(rules), v, 0);
       const size_t precomputed = eager.num_states();
+      const size_t eager_bytes = eager.memory_bytes(), lazy_bytes = lazy.memory_bytes();
       // Every reachable state fits the budget: outputs meet only precomputed states.
       ASSERT_LT(precomputed, CompiledGrammar::kPrecomputedStates);
       EXPECT_EQ(lazy.num_states(), 1u);
@@ -78,8 +79,11 @@ TEST(CompiledGrammar, PrecomputedStatesMaskAsStatesBuiltOnFirstUse) {
           ASSERT_NE(sl, CompiledGrammar::kDead);
         }
       }
+      // Nothing was built for the eager grammar at run time; the lazy one built states as met.
       EXPECT_EQ(eager.num_states(), precomputed);
+      EXPECT_EQ(eager.memory_bytes(), eager_bytes);
       EXPECT_GT(lazy.num_states(), 1u);
+      EXPECT_GT(lazy.memory_bytes(), lazy_bytes);
     }
   }
   EXPECT_GT(compared, 500);

@@ -1,7 +1,8 @@
 #include "grammar/compiled_grammar.h"
 
 #include <algorithm>
-#include <cstring>
+#include <functional>
+#include <string_view>
 
 #include "grammar/grammar_error.h"
 
@@ -214,22 +215,45 @@ const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUni
   u.dependent.erase(std::unique(u.dependent.begin(), u.dependent.end()), u.dependent.end());
   for (int32_t& t : u.dependent) t = vocab_->token_ids()[static_cast<size_t>(t)];
   if (!accepted.empty()) {
-    u.accepted = TokenSet::from_mask(std::move(accepted), *vocab_);
-    if (union_bytes_ + u.accepted.bytes() > kMaxUnionBytes) {
+    bool kept = false;
+    u.accepted = shared_union(std::move(accepted), kept);
+    if (!kept) {
       scratch = std::move(u);
       return scratch;
     }
-    union_bytes_ += u.accepted.bytes();
   }
   tops_[tops].top_union = std::make_unique<TopUnion>(std::move(u));
   return *tops_[tops].top_union;
+}
+
+// Sets of tops at different places often accept the same tokens (the members of two objects,
+// the contents of two strings): one copy serves them.
+std::shared_ptr<const TokenSet> CompiledGrammar::shared_union(std::vector<uint32_t> mask,
+                                                              bool& kept) {
+  const size_t h = std::hash<std::string_view>()(
+      std::string_view(reinterpret_cast<const char*>(mask.data()), mask.size() * sizeof(uint32_t)));
+  std::vector<uint32_t> other(mask.size());
+  for (auto [it, end] = union_sets_.equal_range(h); it != end; ++it) {
+    it->second->copy_to(other);
+    if (other == mask) {
+      kept = true;
+      return it->second;
+    }
+  }
+  auto set = std::make_shared<const TokenSet>(TokenSet::from_mask(std::move(mask), *vocab_));
+  kept = union_bytes_ + set->bytes() <= kMaxUnionBytes;
+  if (kept) {
+    union_bytes_ += set->bytes();
+    union_sets_.emplace(h, set);
+  }
+  return set;
 }
 
 void CompiledGrammar::accepted_mask(int32_t tops, const TopUnion& u,
                                     std::span<uint32_t> mask) const {
   const std::vector<int32_t>& positions = tops_[tops].positions;
   if (positions.size() > 1)
-    u.accepted.copy_to(mask);
+    u.accepted->copy_to(mask);
   else if (positions.empty())
     std::fill(mask.begin(), mask.end(), 0u);
   else

@@ -22,9 +22,9 @@
 // Thread-safe (one mutex): handler threads share compiled grammars through GrammarCompiler's
 // cache while the engine advances and masks. Bounded: past kMaxStates states or kMaxStacks
 // stacks in one state the grammar is rejected (GrammarError) as too ambiguous, where the matcher
-// meets them (not while precomputing); the unions of several tops (each as ids or a mask,
-// whichever is smaller) are kept up to kMaxUnionBytes per grammar, at most half of it filled by
-// precomputation (a state whose union is not kept computes its mask each time).
+// meets them (not while precomputing); the distinct unions of several tops (each as ids or a
+// mask, whichever is smaller) are kept up to kMaxUnionBytes per grammar, at most half of it filled
+// by precomputation (a state whose union is not kept computes its mask each time).
 #pragma once
 
 #include <array>
@@ -95,8 +95,9 @@ class CompiledGrammar {
   void precompute(size_t max_states);
   // What a state's mask starts from, per distinct set of stack tops.
   struct TopUnion {
-    // The tops' accepted sets together; empty for one top (its set makes the mask) or none.
-    TokenSet accepted;
+    // The tops' accepted sets together, shared by the sets of tops with an equal union; null for
+    // one top (its set makes the mask) or none.
+    std::shared_ptr<const TokenSet> accepted;
     std::vector<int32_t> dependent;  // their context-dependent tokens not accepted, by bytes
   };
   struct Tops {
@@ -105,6 +106,8 @@ class CompiledGrammar {
   };
   // Cached (within kMaxUnionBytes; past that built into `scratch`).
   const TopUnion& top_union(int32_t tops, TopUnion& scratch);
+  // An equal union kept before, or `mask`'s tokens (`kept`: found, or stored within the budget).
+  std::shared_ptr<const TokenSet> shared_union(std::vector<uint32_t> mask, bool& kept);
   // Sets `mask` to the accepted sets of the tops.
   void accepted_mask(int32_t tops, const TopUnion& u, std::span<uint32_t> mask) const;
   // The dependent tokens of `u` that lead from `state` to a live state.
@@ -127,7 +130,8 @@ class CompiledGrammar {
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<Tops> tops_;
   std::unordered_map<std::string, int32_t> tops_ids_;  // key: the sorted tops' bytes
-  size_t union_bytes_ = 0;                             // of the kept unions' accepted sets
+  std::unordered_multimap<size_t, std::shared_ptr<const TokenSet>> union_sets_;  // by hash
+  size_t union_bytes_ = 0;  // of the kept unions' accepted sets
 };
 
 }  // namespace mls::grammar

@@ -4,12 +4,15 @@
 // (longest vocabulary match) and replayed token by token through the engine's per-token calls:
 // the mask, then advancing by the token, then "can it end" and "is it terminated"; the four
 // together are timed per token (this thread's CPU time). Each iteration starts from a freshly
-// compiled grammar, so the first document meets every state for the first time ("cold": the mask
-// from the compile-time token classification) and the other 23 mostly reuse them ("warm": cached
-// masks), as requests repeating a schema do. Counters: per-token p50/p99 in µs over all 24
-// documents ("all", cold states included), over the first ("cold") and over the rest ("warm"); the
-// worst token; the compile time of the schema (JSON Schema → grammar → token classification) in ms;
-// positions classified and context-dependent tokens per position; DFA states. Run:
+// compiled grammar, so the first document is the first request with that schema ("cold": its
+// states were built at compile time, as far as the precomputation's budget reaches, or are
+// built when first met) and the other 23 reuse them ("warm"), as requests repeating a schema do.
+// Counters: per-token p50/p99 in µs over all 24 documents ("all"), over the first ("cold") and
+// over the rest ("warm"); the worst token; the compile time of the schema (JSON Schema → grammar
+// → token classification → precomputed states) in ms; positions classified and
+// context-dependent tokens per position; DFA states, byte classes and the grammar's memory at
+// the end. compile_cost: compile time, states and memory where the states are unbounded (JSON
+// object mode, a recursive schema) and the precomputation stops at its budget. Run:
 // build/bench/grammar_mask_benchmark
 #include <benchmark/benchmark.h>
 
@@ -192,7 +195,7 @@ void mask_cost(benchmark::State& state, std::shared_ptr<const Vocabulary> (*make
   const Schema& s = kSchemas[schema];
   std::vector<uint32_t> mask(static_cast<size_t>(vocab->mask_words()));
   std::vector<double> cold, warm, compile_ms;
-  size_t states = 0;
+  size_t states = 0, classes = 0, memory = 0;
   TokenClassification::Stats stats;
   for (auto _ : state) {
     GrammarCompiler gc(vocab);  // a fresh cache: the first document is cold
@@ -221,6 +224,8 @@ void mask_cost(benchmark::State& state, std::shared_ptr<const Vocabulary> (*make
       if (!g->accepting(st)) state.SkipWithError("a document was not accepted");
     }
     states = g->num_states();
+    classes = g->num_byte_classes();
+    memory = g->memory_bytes();
     stats = g->classification().stats();
   }
   std::vector<double> all = cold;
@@ -239,10 +244,51 @@ void mask_cost(benchmark::State& state, std::shared_ptr<const Vocabulary> (*make
   state.counters["ctxdep_per_pos"] =
       static_cast<double>(stats.context_dependent) / static_cast<double>(stats.positions);
   state.counters["states"] = static_cast<double>(states);
+  state.counters["byte_classes"] = static_cast<double>(classes);
+  state.counters["memory_kb"] = static_cast<double>(memory) / 1024;
 }
+
+// Compile time where the grammar's states are unbounded (JSON object mode, a recursive schema):
+// the precomputation stops at its budget of states.
+void compile_cost(benchmark::State& state, std::shared_ptr<const Vocabulary> (*make)(),
+                  const char* schema) {
+  static std::unordered_map<void*, std::shared_ptr<const Vocabulary>> vocabs;
+  auto& vocab = vocabs[reinterpret_cast<void*>(make)];
+  if (!vocab) vocab = make();
+  std::vector<double> ms;
+  size_t states = 0, memory = 0;
+  for (auto _ : state) {
+    GrammarCompiler gc(vocab);
+    const double c0 = thread_cpu_us();
+    auto g = *schema ? gc.json_schema(ojson::parse(schema)) : gc.json_object();
+    ms.push_back((thread_cpu_us() - c0) / 1000);
+    states = g->num_states();
+    memory = g->memory_bytes();
+  }
+  state.counters["compile_ms"] = percentile(ms, 0.5);
+  state.counters["states"] = static_cast<double>(states);
+  state.counters["memory_kb"] = static_cast<double>(memory) / 1024;
+}
+
+constexpr const char* kRecursive =
+    R"({"$defs":{"t":{"type":"object","properties":{"v":{"type":"integer"},
+        "kids":{"type":"array","items":{"$ref":"#/$defs/t"}}},"required":["v"]}},
+        "$ref":"#/$defs/t"})";
 
 }  // namespace
 
+BENCHMARK_CAPTURE(compile_cost, demo_json_object, demo_vocab, "")
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(compile_cost, demo_recursive, demo_vocab, kRecursive)
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(compile_cost, v154880_json_object, synthetic_vocab, "")
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(compile_cost, v154880_recursive, synthetic_vocab, kRecursive)
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mask_cost, demo_nested, demo_vocab, 0)
     ->Iterations(5)
     ->Unit(benchmark::kMillisecond);

@@ -1,14 +1,31 @@
 #include "grammar/compiled_grammar.h"
 
 #include <algorithm>
-#include <cstring>
+#include <functional>
+#include <string_view>
 
 #include "grammar/grammar_error.h"
 
 namespace mls::grammar {
 
-CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab)
+CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab,
+                                 size_t precomputed_states)
     : g_(std::move(g)), vocab_(std::move(vocab)), classes_(g_, *vocab_) {
+  // Byte classes: refine the partition of the 256 bytes by each byte set in turn.
+  size_t n = 1;
+  for (const ByteSet& set : g_.sets()) {
+    std::array<int16_t, 512> renumber;
+    renumber.fill(-1);
+    int16_t m = 0;
+    for (int b = 0; b < 256; ++b) {
+      int16_t& c = renumber[2 * byte_class_[b] + (set.test(static_cast<uint8_t>(b)) ? 1 : 0)];
+      if (c < 0) c = m++;
+      byte_class_[b] = static_cast<uint8_t>(c);
+    }
+    n = static_cast<size_t>(m);
+  }
+  class_bytes_.assign(n, 0);
+  for (int b = 255; b >= 0; --b) class_bytes_[byte_class_[b]] = static_cast<uint8_t>(b);
   std::vector<Stack> init;
   for (int32_t alt : g_.alternatives(g_.root())) {
     Stack s{alt};
@@ -16,6 +33,7 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vo
   }
   std::lock_guard lock(mu_);
   if (intern(std::move(init)) != 0) raise<InternalError>("the initial state must be state 0");
+  precompute(precomputed_states);
 }
 
 // Moves `stack` to where its top is a terminal (or it is empty), following references and
@@ -83,13 +101,14 @@ int32_t CompiledGrammar::intern(std::vector<Stack> stacks) {
   st.tops = t->second;
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
-  trans_.emplace_back().fill(kUnknown);
+  trans_.resize(trans_.size() + class_bytes_.size(), kUnknown);
   ids_.emplace(std::move(key), id);
   return id;
 }
 
 int32_t CompiledGrammar::next_locked(int32_t state, uint8_t byte) {
-  int32_t& t = trans_[static_cast<size_t>(state)][byte];
+  // A reference into the deque stays valid while intern appends rows.
+  int32_t& t = trans_[static_cast<size_t>(state) * class_bytes_.size() + byte_class_[byte]];
   if (t != kUnknown) return t;
   std::vector<Stack> out;
   const auto& elems = g_.elements();
@@ -104,6 +123,29 @@ int32_t CompiledGrammar::next_locked(int32_t state, uint8_t byte) {
   }
   t = intern(std::move(out));
   return t;
+}
+
+// Breadth-first: states_ grows behind the cursor. A state whose union the cache cannot keep
+// (half of it is left to states first met at run time) keeps no tokens either: fill_mask
+// computes its mask each time, as for such a state met at run time.
+void CompiledGrammar::precompute(size_t max_states) {
+  std::vector<int32_t> scratch_live;
+  try {
+    for (size_t s = 0; s < states_.size() && s < max_states; ++s) {
+      const auto state = static_cast<int32_t>(s);
+      for (uint8_t b : class_bytes_) next_locked(state, b);
+      if (states_[s].mask_known) continue;
+      const Tops& tops = tops_[states_[s].tops];
+      if (tops.positions.size() > 1 && !tops.top_union && union_bytes_ >= kMaxUnionBytes / 2)
+        continue;
+      TopUnion scratch;
+      const TopUnion& u = top_union(states_[s].tops, scratch);
+      if (&u != &scratch) passing(state, u, true, scratch_live);
+    }
+  } catch (const GrammarError&) {
+    // Too ambiguous somewhere: the error belongs to a request whose output gets there (it may
+    // never), as without precomputation; the states built so far are complete and stay.
+  }
 }
 
 int32_t CompiledGrammar::next(int32_t state, uint8_t byte) {
@@ -138,6 +180,21 @@ size_t CompiledGrammar::num_states() const {
   return states_.size();
 }
 
+size_t CompiledGrammar::memory_bytes() const {
+  std::lock_guard lock(mu_);
+  size_t bytes = classes_.stats().bytes + trans_.size() * sizeof(int32_t) + union_bytes_;
+  for (const State& st : states_) {
+    bytes += sizeof(State) + st.live.size() * sizeof(int32_t);
+    // Each stack twice: in the state and in its interning key.
+    for (const Stack& s : st.stacks) bytes += sizeof(Stack) + 2 * (s.size() + 1) * sizeof(int32_t);
+  }
+  for (const Tops& t : tops_) {
+    bytes += sizeof(Tops) + 2 * t.positions.size() * sizeof(int32_t);
+    if (t.top_union) bytes += sizeof(TopUnion) + t.top_union->dependent.size() * sizeof(int32_t);
+  }
+  return bytes;
+}
+
 const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUnion& scratch) {
   if (tops_[tops].top_union) return *tops_[tops].top_union;
   TopUnion u;
@@ -145,31 +202,58 @@ const CompiledGrammar::TopUnion& CompiledGrammar::top_union(int32_t tops, TopUni
   // One top's accepted set makes the mask as it is (it excludes its own dependent tokens);
   // several are ORed once. The dependent tokens not accepted go by bytes (through their ranks),
   // so that a walk shares the previous token's prefix; distinct.
+  std::vector<uint32_t> accepted;
   if (positions.size() > 1) {
-    u.accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
-    for (int32_t p : positions) classes_.accepted(p).add_to(u.accepted);
+    accepted.assign(static_cast<size_t>(vocab_->mask_words()), 0u);
+    for (int32_t p : positions) classes_.accepted(p).add_to(accepted);
   }
   for (int32_t p : positions)
     for (int32_t t : classes_.context_dependent(p))
-      if (u.accepted.empty() || !((u.accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u))
+      if (accepted.empty() || !((accepted[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u))
         u.dependent.push_back(vocab_->rank(t));
   std::sort(u.dependent.begin(), u.dependent.end());
   u.dependent.erase(std::unique(u.dependent.begin(), u.dependent.end()), u.dependent.end());
   for (int32_t& t : u.dependent) t = vocab_->token_ids()[static_cast<size_t>(t)];
-  if (top_unions_ >= kMaxTopUnions) {
-    scratch = std::move(u);
-    return scratch;
+  if (!accepted.empty()) {
+    bool kept = false;
+    u.accepted = shared_union(std::move(accepted), kept);
+    if (!kept) {
+      scratch = std::move(u);
+      return scratch;
+    }
   }
-  ++top_unions_;
   tops_[tops].top_union = std::make_unique<TopUnion>(std::move(u));
   return *tops_[tops].top_union;
+}
+
+// Sets of tops at different places often accept the same tokens (the members of two objects,
+// the contents of two strings): one copy serves them.
+std::shared_ptr<const TokenSet> CompiledGrammar::shared_union(std::vector<uint32_t> mask,
+                                                              bool& kept) {
+  const size_t h = std::hash<std::string_view>()(
+      std::string_view(reinterpret_cast<const char*>(mask.data()), mask.size() * sizeof(uint32_t)));
+  std::vector<uint32_t> other(mask.size());
+  for (auto [it, end] = union_sets_.equal_range(h); it != end; ++it) {
+    it->second->copy_to(other);
+    if (other == mask) {
+      kept = true;
+      return it->second;
+    }
+  }
+  auto set = std::make_shared<const TokenSet>(TokenSet::from_mask(std::move(mask), *vocab_));
+  kept = union_bytes_ + set->bytes() <= kMaxUnionBytes;
+  if (kept) {
+    union_bytes_ += set->bytes();
+    union_sets_.emplace(h, set);
+  }
+  return set;
 }
 
 void CompiledGrammar::accepted_mask(int32_t tops, const TopUnion& u,
                                     std::span<uint32_t> mask) const {
   const std::vector<int32_t>& positions = tops_[tops].positions;
-  if (!u.accepted.empty())
-    std::memcpy(mask.data(), u.accepted.data(), mask.size() * sizeof(uint32_t));
+  if (positions.size() > 1)
+    u.accepted->copy_to(mask);
   else if (positions.empty())
     std::fill(mask.begin(), mask.end(), 0u);
   else
@@ -230,18 +314,24 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> mask) {
   TopUnion scratch;
   const TopUnion& u = top_union(states_[state].tops, scratch);
   accepted_mask(states_[state].tops, u, mask);
-  if (!states_[state].mask_known) {
-    std::vector<int32_t> live = live_dependent(state, u);
-    // A union past the bound is rebuilt each time: so is the state's walk.
-    if (&u != &scratch) {
-      states_[state].live = std::move(live);
-      states_[state].mask_known = true;
-    } else {
-      for (int32_t t : live) mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
-      return;
-    }
+  std::vector<int32_t> scratch_live;
+  for (int32_t t : passing(state, u, &u != &scratch, scratch_live))
+    mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+}
+
+// A union past the bound is rebuilt each time: so is the state's walk.
+const std::vector<int32_t>& CompiledGrammar::passing(int32_t state, const TopUnion& u, bool kept,
+                                                     std::vector<int32_t>& scratch) {
+  if (states_[state].mask_known) return states_[state].live;
+  std::vector<int32_t> live = live_dependent(state, u);
+  if (!kept) {
+    scratch = std::move(live);
+    return scratch;
   }
-  for (int32_t t : states_[state].live) mask[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+  State& st = states_[state];  // after the walk, which may grow states_
+  st.live = std::move(live);
+  st.mask_known = true;
+  return st.live;
 }
 
 }  // namespace mls::grammar

@@ -12,11 +12,19 @@
 // walked only until the classification at the reached state's tops decides its rest. A state
 // keeps only those tokens, not a mask of its own.
 //
+// A first request with a new grammar must meet the mask budget too, so construction builds, in
+// breadth-first order from the initial state, the transitions, unions and passing tokens of up
+// to `precomputed_states` states (the benchmark's JSON Schemas have 460 to 1,381 states in all
+// and get every one); run time then only looks them up. Transitions are kept
+// per byte class (bytes that every byte set of the grammar treats alike), which makes that
+// search and a state's row (a few dozen entries, not 256) small.
+//
 // Thread-safe (one mutex): handler threads share compiled grammars through GrammarCompiler's
 // cache while the engine advances and masks. Bounded: past kMaxStates states or kMaxStacks
-// stacks in one state the grammar is rejected (GrammarError) as too ambiguous; at most
-// kMaxTopUnions unions (a mask each, none for a single top) are kept per grammar (a state whose
-// union is not kept computes its mask each time).
+// stacks in one state the grammar is rejected (GrammarError) as too ambiguous, where the matcher
+// meets them (not while precomputing); the distinct unions of several tops (each as ids or a
+// mask, whichever is smaller) are kept up to kMaxUnionBytes per grammar, at most half of it filled
+// by precomputation (a state whose union is not kept computes its mask each time).
 #pragma once
 
 #include <array>
@@ -31,6 +39,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/token_classification.h"
+#include "grammar/token_set.h"
 #include "grammar/vocabulary.h"
 
 namespace mls::grammar {
@@ -40,9 +49,11 @@ class CompiledGrammar {
   static constexpr int32_t kDead = -1;
   static constexpr size_t kMaxStates = 1 << 17;
   static constexpr size_t kMaxStacks = 4096;
-  static constexpr size_t kMaxTopUnions = 256;
+  static constexpr size_t kMaxUnionBytes = size_t{4} << 20;
+  static constexpr size_t kPrecomputedStates = 2048;
 
-  CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab);
+  CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab,
+                  size_t precomputed_states = kPrecomputedStates);
 
   const Vocabulary& vocab() const { return *vocab_; }
   int32_t initial_state() const { return 0; }
@@ -60,6 +71,11 @@ class CompiledGrammar {
   void fill_mask(int32_t state, std::span<uint32_t> mask);
 
   size_t num_states() const;
+  // Bytes held by the states, their transitions, unions and kept tokens, and the classification's
+  // sets (containers' payloads; not the allocator's overhead).
+  size_t memory_bytes() const;
+  // Classes of bytes that lead from every state to the same state.
+  size_t num_byte_classes() const { return class_bytes_.size(); }
   const TokenClassification& classification() const { return classes_; }
 
  private:
@@ -76,35 +92,46 @@ class CompiledGrammar {
   void expand(Stack& stack, std::vector<Stack>& out) const;
   int32_t intern(std::vector<Stack> stacks);
   int32_t next_locked(int32_t state, uint8_t byte);
+  void precompute(size_t max_states);
   // What a state's mask starts from, per distinct set of stack tops.
   struct TopUnion {
-    // The tops' accepted sets, as a mask; empty for one top (its set makes the mask) or none.
-    std::vector<uint32_t> accepted;
+    // The tops' accepted sets together, shared by the sets of tops with an equal union; null for
+    // one top (its set makes the mask) or none.
+    std::shared_ptr<const TokenSet> accepted;
     std::vector<int32_t> dependent;  // their context-dependent tokens not accepted, by bytes
   };
   struct Tops {
     std::vector<int32_t> positions;       // the non-empty stacks' tops, sorted, distinct
-    std::unique_ptr<TopUnion> top_union;  // lazily; kept for at most kMaxTopUnions sets
+    std::unique_ptr<TopUnion> top_union;  // lazily; kept within kMaxUnionBytes
   };
-  // Cached (at most kMaxTopUnions; past that built into `scratch`).
+  // Cached (within kMaxUnionBytes; past that built into `scratch`).
   const TopUnion& top_union(int32_t tops, TopUnion& scratch);
+  // An equal union kept before, or `mask`'s tokens (`kept`: found, or stored within the budget).
+  std::shared_ptr<const TokenSet> shared_union(std::vector<uint32_t> mask, bool& kept);
   // Sets `mask` to the accepted sets of the tops.
   void accepted_mask(int32_t tops, const TopUnion& u, std::span<uint32_t> mask) const;
   // The dependent tokens of `u` that lead from `state` to a live state.
   std::vector<int32_t> live_dependent(int32_t state, const TopUnion& u);
+  // The same, kept in the state when `u` is a kept union (else walked into `scratch`).
+  const std::vector<int32_t>& passing(int32_t state, const TopUnion& u, bool kept,
+                                      std::vector<int32_t>& scratch);
   TokenClassification::Verdict rest_verdict(int32_t state, std::string_view rest);
 
   Grammar g_;
   std::shared_ptr<const Vocabulary> vocab_;
   TokenClassification classes_;
   mutable std::mutex mu_;
+  std::array<uint8_t, 256> byte_class_{};
+  std::vector<uint8_t> class_bytes_;  // one byte of each class
   std::vector<State> states_;
-  // Per state, by byte. A deque: growing it never copies the table (a first-seen state's cost).
-  std::deque<std::array<int32_t, 256>> trans_;
+  // Row per state, an entry per byte class. A deque: growing it never copies the table (a
+  // first-seen state's cost).
+  std::deque<int32_t> trans_;
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<Tops> tops_;
   std::unordered_map<std::string, int32_t> tops_ids_;  // key: the sorted tops' bytes
-  size_t top_unions_ = 0;
+  std::unordered_multimap<size_t, std::shared_ptr<const TokenSet>> union_sets_;  // by hash
+  size_t union_bytes_ = 0;  // of the kept unions' accepted sets
 };
 
 }  // namespace mls::grammar

@@ -16,7 +16,8 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// Both forms (ids, bitset) OR exactly their tokens into a mask that already holds others.
+// Both forms (ids, bitset) OR exactly their tokens into a mask that already holds others; a set
+// made from a mask takes the form a set made from its ids takes.
 TEST(TokenSet, EveryFormAddsAndCopiesExactlyItsTokens) {
   const auto v = test::random_vocab(2000, 3);
   std::vector<int32_t> matchable;
@@ -45,6 +46,13 @@ TEST(TokenSet, EveryFormAddsAndCopiesExactlyItsTokens) {
     set.copy_to(copied);
     EXPECT_EQ(copied, alone) << n << " tokens";
     EXPECT_LE(set.bytes(), static_cast<size_t>(v->mask_words()) * sizeof(uint32_t));
+    // Built from a mask: the same tokens, in the same form.
+    const TokenSet from_mask = TokenSet::from_mask(alone, *v);
+    EXPECT_EQ(from_mask.size(), n);
+    EXPECT_EQ(from_mask.bytes(), set.bytes()) << n << " tokens";
+    std::vector<uint32_t> remade(alone.size(), ~0u);
+    from_mask.copy_to(remade);
+    EXPECT_EQ(remade, alone) << n << " tokens";
   }
 }
 

@@ -17,6 +17,8 @@ class TokenSet {
   TokenSet() = default;
   // `ids`: distinct tokens of `v`, in any order.
   TokenSet(std::vector<int32_t> ids, const Vocabulary& v);
+  // The tokens of `mask` (v.mask_words() words).
+  static TokenSet from_mask(std::vector<uint32_t> mask, const Vocabulary& v);
 
   void add_to(std::span<uint32_t> mask) const;
   void copy_to(std::span<uint32_t> mask) const;

@@ -32,7 +32,7 @@ TEST(CompiledGrammar, ByteClassesGroupBytesEveryByteSetTreatsAlike) {
   EXPECT_FALSE(test::matches(*g, "dx"));
 }
 
-const char* const kSchemas[] = {
+const char* const kPrecomputeSchemas[] = {
     R"({"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"},
         "minItems":1,"maxItems":3},"m":{"type":"array","items":{"type":"array",
         "items":{"type":"integer"}}}},"required":["tags","m"]})",
@@ -47,7 +47,7 @@ const char* const kSchemas[] = {
 TEST(CompiledGrammar, PrecomputedStatesMaskAsStatesBuiltOnFirstUse) {
   int compared = 0;
   for (const auto& v : {test::demo_vocab(), test::random_vocab(3000, 7)}) {
-    for (const char* schema : kSchemas) {
+    for (const char* schema : kPrecomputeSchemas) {
       const RuleSet rules = json_rules(json_schema_gbnf(ojson::parse(schema)), "");
       CompiledGrammar eager(Grammar::from_rules(rules), v);
       CompiledGrammar lazy(Grammar::from_rules(rules), v, 0);

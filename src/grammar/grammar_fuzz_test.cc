@@ -14,7 +14,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-const char* const kSchemas[] = {
+const char* const kFuzzSchemas[] = {
     R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},
         "age":{"type":"integer"},"tags":{"type":"array","items":{"enum":["a","b","c"]},
         "maxItems":4},"address":{"type":"object","properties":{"city":{"type":"string"},
@@ -35,7 +35,7 @@ TEST(GrammarFuzz, RandomAllowedWalksProduceValidDocuments) {
   std::vector<uint32_t> mask(static_cast<size_t>(v->mask_words()));
   std::mt19937 rng(12345);
   int documents = 0;
-  for (const char* text : kSchemas) {
+  for (const char* text : kFuzzSchemas) {
     const ojson schema = ojson::parse(text);
     const test::SchemaValidator validator(schema);
     auto g = gc.json_schema(schema);

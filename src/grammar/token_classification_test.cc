@@ -107,7 +107,7 @@ item ::= "\"" [a-z]* "\""
   EXPECT_EQ(tc.stats().positions, 6u);  // [ ] , [a-z] and the two quotes
 }
 
-const char* const kSchemas[] = {
+const char* const kClassifiedSchemas[] = {
     // nested
     R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},
         "address":{"type":"object","properties":{"city":{"type":"string"},
@@ -138,7 +138,7 @@ TEST(TokenClassification, MasksEqualTheReferenceOnRandomStates) {
   for (const auto& v : {test::demo_vocab(), test::random_vocab(3000, 18)}) {
     GrammarCompiler gc(v);
     std::vector<std::shared_ptr<CompiledGrammar>> grammars;
-    for (const char* s : kSchemas) grammars.push_back(gc.json_schema(ojson::parse(s)));
+    for (const char* s : kClassifiedSchemas) grammars.push_back(gc.json_schema(ojson::parse(s)));
     grammars.push_back(gc.json_object());
     grammars.push_back(gc.regex(R"(([a-z]+|\d{1,3})( [a-zé]*\.)?\s*(#|é+))"));
     grammars.push_back(gc.choice({"yes", "no", "no way", "\"quoted\""}));

@@ -124,6 +124,31 @@ TEST(SpeculativeGenerator, StopsAtAStopIdInsideAnAcceptedDraft) {
   EXPECT_EQ(r.output_ids, expected);
 }
 
+// Sampled output on every family: a seed repeats its output, and top_k 1 (a point mass under
+// temperature) is greedy decoding.
+TEST(SpeculativeGenerator, SampledRunsOnEveryFamily) {
+  for (const char* fixture : kFixtures) {
+    SCOPED_TRACE(fixture);
+    const Case c(fixture);
+    for (int64_t k : {1, 4}) {
+      SCOPED_TRACE(k);
+      SpeculativeOptions o;
+      o.num_speculative_tokens = k;
+      o.max_tokens = kMaxTokens;
+      o.params = SamplingParams{};
+      o.params.temperature = 0.8;
+      o.params.top_p = 0.9;
+      o.seed = 9;
+      const SpeculativeResult a = generate_speculative(*c.model, kPrompt, o);
+      EXPECT_EQ(a.output_ids.size(), static_cast<size_t>(kMaxTokens));
+      EXPECT_EQ(generate_speculative(*c.model, kPrompt, o).output_ids, a.output_ids);
+      EXPECT_EQ(a.stats.num_draft_tokens, a.stats.num_drafts * k);
+      o.params.top_k = 1;
+      EXPECT_EQ(generate_speculative(*c.model, kPrompt, o).output_ids, c.reference);
+    }
+  }
+}
+
 // The target's distribution of the token after `tokens` under `p`, from a plain forward.
 std::vector<double> target_probs(ModelRunner& runner, const std::vector<int32_t>& tokens,
                                  const SamplingParams& p) {

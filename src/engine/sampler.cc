@@ -84,8 +84,7 @@ void Sampler::apply_penalties(std::span<float> logits, const SampleInput& in) {
   }
 }
 
-int32_t Sampler::sample(const float* logits, const SampleInput& in, Logprobs* logprobs) {
-  const SamplingParams& p = *in.params;
+void Sampler::transform(const float* logits, const SampleInput& in) {
   std::copy(logits, logits + vocab_, work_.begin());
   apply_constraints(work_, in);
   for (size_t w = 0; w < in.allowed.size(); ++w) {
@@ -96,10 +95,22 @@ int32_t Sampler::sample(const float* logits, const SampleInput& in, Logprobs* lo
       if (!((m >> (t - first)) & 1u)) work_[t] = kNegInf;
   }
   apply_penalties(work_, in);
+}
 
+int32_t Sampler::sample(const float* logits, const SampleInput& in, Logprobs* logprobs) {
+  transform(logits, in);
   const int32_t token = ops::cpu::sample_row(work_, row_sampling(in), draw_);
-  if (logprobs) fill_logprobs(logits, token, p.logprobs, *logprobs);
+  if (logprobs) fill_logprobs(logits, token, in.params->logprobs, *logprobs);
   return token;
+}
+
+void Sampler::distribution(const float* logits, const SampleInput& in, std::span<double> probs) {
+  transform(logits, in);
+  const auto total =
+      static_cast<double>(ops::cpu::row_distribution(work_, row_sampling(in), draw_));
+  std::fill(probs.begin(), probs.end(), 0.0);
+  for (size_t i = 0; i < draw_.order.size(); ++i)
+    probs[draw_.order[i]] = static_cast<double>(draw_.mass[i]) / total;
 }
 
 void Sampler::fill_logprobs(const float* logits, int32_t token, int k, Logprobs& out) {

@@ -42,6 +42,10 @@ class Sampler {
 
   // Samples from `logits` (vocab_size values, left untouched); fills `logprobs` when asked.
   int32_t sample(const float* logits, const SampleInput& in, Logprobs* logprobs);
+  // The distribution sample() draws from (steps 2-4; step 4's through ops::cpu::row_distribution):
+  // `probs` (vocab_size values) gets each token's probability. Speculative decoding applies it to
+  // the target's and the draft's logits alike (engine/rejection_sampler.h).
+  void distribution(const float* logits, const SampleInput& in, std::span<double> probs);
 
   // The steps above as building blocks (the tests check each on hand-made logits).
   void apply_constraints(std::span<float> logits, const SampleInput& in);
@@ -55,6 +59,9 @@ class Sampler {
   void fill_logprobs(const float* logits, int32_t token, int k, Logprobs& out);
 
  private:
+  // Steps 2-3 into work_.
+  void transform(const float* logits, const SampleInput& in);
+
   int64_t vocab_;
   std::vector<float> work_;      // penalised logits
   std::vector<float> scratch_;   // log-softmax

@@ -170,6 +170,47 @@ TEST(Sampler, RowSamplingIsTheDrawTheSamplerMakes) {
   }
 }
 
+// distribution() is what sample() draws from: the same support, the cuts and masks applied,
+// probabilities proportional to the op's relative probabilities (ops/sampling.h step 1: exp in
+// double, rounded to float) inside the support.
+TEST(Sampler, DistributionIsWhatTheDrawFollows) {
+  Sampler s(kVocab);
+  const auto logits = ramp();
+  std::vector<double> probs(kVocab);
+  // One logit step of 0.25 below the maximum at temperature 0.8.
+  const double next_ratio =
+      static_cast<float>(std::exp(-0.25 * static_cast<double>(static_cast<float>(1.0 / 0.8))));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  s.distribution(logits.data(), input(greedy), probs);
+  EXPECT_EQ(probs[15], 1.0);
+  SamplingParams p;
+  p.temperature = 0.8;
+  p.top_k = 5;
+  p.top_p = 0.9;
+  s.distribution(logits.data(), input(p), probs);
+  std::set<int32_t> support;
+  double sum = 0;
+  for (int32_t t = 0; t < kVocab; ++t) {
+    if (probs[t] > 0) support.insert(t);
+    sum += probs[t];
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+  EXPECT_EQ(support, draws(p));
+  EXPECT_EQ(support.size(), 4u);  // top_p drops the fifth
+  EXPECT_NEAR(probs[14] / probs[15], next_ratio, 1e-12);
+  // A structured-output mask and a suppressed id take their tokens out.
+  const std::vector<uint32_t> mask = {0x7fffu};  // tokens 0..14
+  const std::vector<int64_t> eos{14};
+  SampleInput in = input(p);
+  in.allowed = mask;
+  in.suppressed = eos;
+  s.distribution(logits.data(), in, probs);
+  EXPECT_EQ(probs[15], 0.0);
+  EXPECT_EQ(probs[14], 0.0);
+  EXPECT_NEAR(probs[12] / probs[13], next_ratio, 1e-12);
+}
+
 TEST(Sampler, SuppressedIdsAreNeverSampled) {
   Sampler s(kVocab);
   const auto logits = ramp();

@@ -1,27 +1,26 @@
-// Greedy speculative decoding with the checkpoint's MTP layer for one sequence on one rank: the
+// Speculative decoding with the checkpoint's MTP layer for one sequence on one rank: the
 // reference loop of docs/speculative-decoding.md, as simple_generator.h is for plain greedy
-// decoding. Each round drafts k tokens with the MTP layer applied recursively, verifies them in
-// one target forward of k + 1 query tokens through the paged cache, and keeps the longest
-// drafted prefix equal to the target's greedy choices plus the target's next token, so the
-// output equals plain greedy decoding token for token.
+// decoding. Each round drafts up to k tokens with the MTP layer applied recursively, each drawn
+// from the draft's distribution under the request's sampling transforms and checked against the
+// request's output constraint (the first draft it refuses ends the draft); verifies them in one
+// target forward of k + 1 query tokens through the paged cache; and keeps what the rejection
+// rule (rejection_sampler.h) accepts plus one token drawn from the target. Greedy output equals
+// plain greedy decoding token for token, sampled output follows the target's distribution, and
+// constrained output equals plain constrained decoding's.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "engine/sampling_params.h"
+#include "engine/speculative_stats.h"
+#include "engine/token_constraint.h"
 #include "model/model.h"
 
 namespace mls {
-
-// Counts with vLLM's spec_decode metric meanings.
-struct SpeculativeStats {
-  int64_t num_drafts = 0;        // verification rounds
-  int64_t num_draft_tokens = 0;  // tokens drafted (k per round)
-  int64_t num_accepted_tokens = 0;
-  std::vector<int64_t> accepted_per_position;  // [k]: rounds whose draft i was accepted
-};
 
 struct SpeculativeResult {
   std::vector<int32_t> output_ids;
@@ -30,15 +29,35 @@ struct SpeculativeResult {
 
 // Test seam: replaces the token the MTP layer drafted for sequence position `position` (forces
 // drafts right or wrong, so that every acceptance length is exercised on random MTP weights).
+// With it every draft's q is the point mass at the token it returns, as a deterministic
+// drafter's (exact for sampled output when the token does not depend on `drafted`).
 using DraftOverride = std::function<int32_t(int64_t position, int32_t drafted)>;
 
-// `model` must hold its MTP layers (LoadOptions::mtp) on a single rank. Stops after max_tokens
-// or at any id in stop_ids (included in the output), as generate_greedy. The KV cache (main and
-// MTP layers) is allocated here in blocks of `block_size` tokens.
-SpeculativeResult generate_greedy_speculative(const Model& model, std::span<const int32_t> prompt,
-                                              int64_t max_tokens, int64_t num_speculative_tokens,
-                                              std::span<const int64_t> stop_ids = {},
-                                              const DraftOverride& draft_override = nullptr,
-                                              int64_t block_size = 16);
+struct SpeculativeOptions {
+  int64_t num_speculative_tokens = 1;  // k
+  int64_t max_tokens = 16;
+  // Temperature, top-k/p, min-p, penalties, logit_bias, allowed ids, bad words and min_tokens
+  // as the engine's Sampler applies them (n, logprobs and max_tokens are not read here).
+  SamplingParams params = greedy();
+  uint64_t seed = 0;  // the draws' streams (SampleInput::seed)
+  // The engine's stop ids (stop_token_ids plus EOS): the output ends after one, included.
+  std::vector<int64_t> stop_ids;
+  // The request's output constraint (cloned; not advanced), or null.
+  std::shared_ptr<const TokenConstraint> constraint;
+  DraftOverride draft_override;
+  int64_t block_size = 16;  // KV cache blocks, allocated here
+
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0;
+    return p;
+  }
+};
+
+// `model` must hold its MTP layers (LoadOptions::mtp) on a single rank. The output ends as the
+// engine ends it: a stop id (once min_tokens are out), a token the constraint refuses, a
+// terminated constraint with no stop ids, or max_tokens.
+SpeculativeResult generate_speculative(const Model& model, std::span<const int32_t> prompt,
+                                       const SpeculativeOptions& opts);
 
 }  // namespace mls

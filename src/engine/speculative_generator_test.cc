@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/chi_square_test_util.h"
 #include "engine/model_runner.h"
+#include "engine/sampler.h"
 #include "engine/simple_generator.h"
 #include "engine/speculative_config.h"
 #include "io/test_dir.h"
@@ -41,6 +43,16 @@ struct Case {
   }
 };
 
+SpeculativeResult speculate(const Model& model, int64_t k, const DraftOverride& forced = nullptr,
+                            std::vector<int64_t> stop = {}) {
+  SpeculativeOptions o;
+  o.num_speculative_tokens = k;
+  o.max_tokens = kMaxTokens;
+  o.stop_ids = std::move(stop);
+  o.draft_override = forced;
+  return generate_speculative(model, kPrompt, o);
+}
+
 const char* const kFixtures[] = {"tiny-dsv3", "tiny-dsv32", "tiny-glm5", "tiny-glm5-fp8"};
 
 TEST(SpeculativeGenerator, GreedyEqualsPlainGreedyOnEveryFamily) {
@@ -50,7 +62,7 @@ TEST(SpeculativeGenerator, GreedyEqualsPlainGreedyOnEveryFamily) {
     ASSERT_EQ(c.reference.size(), static_cast<size_t>(kMaxTokens));
     for (int64_t k = 1; k <= 4; ++k) {
       SCOPED_TRACE(k);
-      const SpeculativeResult r = generate_greedy_speculative(*c.model, kPrompt, kMaxTokens, k);
+      const SpeculativeResult r = speculate(*c.model, k);
       EXPECT_EQ(r.output_ids, c.reference);
       EXPECT_GT(r.stats.num_drafts, 0);
       EXPECT_EQ(r.stats.num_draft_tokens, r.stats.num_drafts * k);
@@ -68,8 +80,7 @@ TEST(SpeculativeGenerator, RightDraftsAreAllAccepted) {
         return position - static_cast<int64_t>(kPrompt.size()) < kMaxTokens ? c.at(position)
                                                                             : drafted;
       };
-      const SpeculativeResult r =
-          generate_greedy_speculative(*c.model, kPrompt, kMaxTokens, k, {}, right);
+      const SpeculativeResult r = speculate(*c.model, k, right);
       EXPECT_EQ(r.output_ids, c.reference);
       // Every round accepts all k and adds the target's token: 1 + rounds · (k + 1) tokens,
       // the last round cut at max_tokens.
@@ -91,8 +102,7 @@ TEST(SpeculativeGenerator, PartlyRightDraftsKeepTheTargetsTokens) {
       const int32_t right = c.at(position);
       return position % 3 == 2 ? (right + 1) % 1024 : right;
     };
-    const SpeculativeResult r =
-        generate_greedy_speculative(*c.model, kPrompt, kMaxTokens, k, {}, mixed);
+    const SpeculativeResult r = speculate(*c.model, k, mixed);
     EXPECT_EQ(r.output_ids, c.reference);
     EXPECT_GT(r.stats.num_accepted_tokens, 0);
     EXPECT_LT(r.stats.num_accepted_tokens, r.stats.num_draft_tokens);
@@ -110,18 +120,124 @@ TEST(SpeculativeGenerator, StopsAtAStopIdInsideAnAcceptedDraft) {
   const auto right = [&](int64_t position, int32_t drafted) {
     return position - static_cast<int64_t>(kPrompt.size()) < kMaxTokens ? c.at(position) : drafted;
   };
-  const SpeculativeResult r =
-      generate_greedy_speculative(*c.model, kPrompt, kMaxTokens, 4, stop, right);
+  const SpeculativeResult r = speculate(*c.model, 4, right, stop);
   EXPECT_EQ(r.output_ids, expected);
+}
+
+// Sampled output on every family: a seed repeats its output, and top_k 1 (a point mass under
+// temperature) is greedy decoding.
+TEST(SpeculativeGenerator, SampledRunsOnEveryFamily) {
+  for (const char* fixture : kFixtures) {
+    SCOPED_TRACE(fixture);
+    const Case c(fixture);
+    for (int64_t k : {1, 4}) {
+      SCOPED_TRACE(k);
+      SpeculativeOptions o;
+      o.num_speculative_tokens = k;
+      o.max_tokens = kMaxTokens;
+      o.params = SamplingParams{};
+      o.params.temperature = 0.8;
+      o.params.top_p = 0.9;
+      o.seed = 9;
+      const SpeculativeResult a = generate_speculative(*c.model, kPrompt, o);
+      EXPECT_EQ(a.output_ids.size(), static_cast<size_t>(kMaxTokens));
+      EXPECT_EQ(generate_speculative(*c.model, kPrompt, o).output_ids, a.output_ids);
+      EXPECT_EQ(a.stats.num_draft_tokens, a.stats.num_drafts * k);
+      o.params.top_k = 1;
+      EXPECT_EQ(generate_speculative(*c.model, kPrompt, o).output_ids, c.reference);
+    }
+  }
+}
+
+// The target's distribution of the token after `tokens` under `p`, from a plain forward.
+std::vector<double> target_probs(ModelRunner& runner, const std::vector<int32_t>& tokens,
+                                 const SamplingParams& p) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  runner.allocate_kv_cache(1, n);
+  ForwardBatch batch;
+  batch.token_ids = tokens;
+  batch.seqs.push_back({.num_cached = 0,
+                        .num_new = n,
+                        .block_table = {0},
+                        .prompt_len = static_cast<int64_t>(kPrompt.size())});
+  const Tensor logits = runner.forward(batch);
+  const int64_t vocab = runner.config().vocab_size;
+  Sampler sampler(vocab);
+  SampleInput in;
+  in.params = &p;
+  in.prompt = std::span(tokens).first(kPrompt.size());
+  in.output = std::span(tokens).subspan(kPrompt.size());
+  std::vector<double> probs(static_cast<size_t>(vocab));
+  sampler.distribution(logits.data<float>(), in, probs);
+  return probs;
+}
+
+// Sampled output (temperature 1): a seed repeats its output and another seed changes it; top_k 1
+// is greedy; and over 400 seeds the first two tokens (the second one decided by the rejection
+// rule, top 3 of the draft's distribution against the target's) fit the target's joint
+// distribution: chi-square p-value > 1e-4. ~5 s.
+TEST(SpeculativeGenerator, SampledOutputFollowsTheTarget) {
+  const Case c("tiny-glm5");
+  SpeculativeOptions o;
+  o.num_speculative_tokens = 2;
+  o.max_tokens = kMaxTokens;
+  o.params = SamplingParams{};
+  ASSERT_GT(o.params.temperature, 0.0);
+  o.seed = 3;
+  const SpeculativeResult a = generate_speculative(*c.model, kPrompt, o);
+  EXPECT_EQ(a.output_ids.size(), static_cast<size_t>(kMaxTokens));
+  EXPECT_EQ(generate_speculative(*c.model, kPrompt, o).output_ids, a.output_ids);
+  o.seed = 4;
+  EXPECT_NE(generate_speculative(*c.model, kPrompt, o).output_ids, a.output_ids);
+  o.params.top_k = 1;
+  EXPECT_EQ(generate_speculative(*c.model, kPrompt, o).output_ids, c.reference);
+
+  o.params.top_k = 3;
+  o.max_tokens = 2;
+  const int64_t vocab = c.model->config().vocab_size;
+  const auto cell = [&](int32_t t0, int32_t t1) { return static_cast<size_t>(t0 * vocab + t1); };
+  std::vector<int64_t> counts(static_cast<size_t>(vocab * vocab), 0);
+  SpeculativeStats stats(o.num_speculative_tokens);
+  // Odd seeds draft with the MTP layer (its top 3 misses the target's here: every draft is
+  // rejected); even seeds force the target's greedy second token (q a point mass, accepted with
+  // probability p of it).
+  const auto greedy_second = [&](int64_t position, int32_t drafted) {
+    return position == static_cast<int64_t>(kPrompt.size()) + 1 ? c.at(position) : drafted;
+  };
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    o.seed = seed;
+    o.draft_override = seed % 2 ? DraftOverride() : DraftOverride(greedy_second);
+    const SpeculativeResult r = generate_speculative(*c.model, kPrompt, o);
+    ASSERT_EQ(r.output_ids.size(), 2u);
+    ++counts[cell(r.output_ids[0], r.output_ids[1])];
+    stats += r.stats;
+  }
+  // Both branches of the rule ran: drafts accepted and drafts rejected.
+  EXPECT_GT(stats.num_accepted_tokens, 0);
+  EXPECT_LT(stats.num_accepted_tokens, stats.num_drafts);
+  ModelRunner runner({.model = c.dir.path()});
+  std::vector<double> expected(counts.size(), 0.0);
+  const std::vector<double> first = target_probs(runner, kPrompt, o.params);
+  for (int32_t t0 = 0; t0 < vocab; ++t0) {
+    if (first[static_cast<size_t>(t0)] == 0) continue;
+    std::vector<int32_t> tokens = kPrompt;
+    tokens.push_back(t0);
+    const std::vector<double> second = target_probs(runner, tokens, o.params);
+    for (int32_t t1 = 0; t1 < vocab; ++t1)
+      expected[cell(t0, t1)] = first[static_cast<size_t>(t0)] * second[static_cast<size_t>(t1)];
+  }
+  EXPECT_GT(testing::chi_square_p_value(counts, expected), 1e-4);
 }
 
 TEST(SpeculativeGenerator, NeedsTheMtpLayer) {
   const std::unique_ptr<Model> plain = Model::load(kTestData / "tiny-dsv32", {});
-  EXPECT_THROW(generate_greedy_speculative(*plain, kPrompt, 4, 1), InvalidArgument);
+  EXPECT_THROW(speculate(*plain, 1), InvalidArgument);
   const Case c("tiny-dsv32");
-  EXPECT_THROW(generate_greedy_speculative(*c.model, kPrompt, 4, 0), InvalidArgument);
-  EXPECT_THROW(generate_greedy_speculative(*c.model, kPrompt, 4, kMaxSpeculativeTokens + 1),
-               InvalidArgument);
+  EXPECT_THROW(speculate(*c.model, 0), InvalidArgument);
+  EXPECT_THROW(speculate(*c.model, kMaxSpeculativeTokens + 1), InvalidArgument);
+  SpeculativeOptions two_samples;
+  two_samples.params.n = 2;
+  EXPECT_THROW(generate_speculative(*c.model, kPrompt, two_samples), Unsupported);
 }
 
 }  // namespace

@@ -79,9 +79,16 @@ namespace cpu {
 struct SampleScratch {
   std::vector<float> q;
   std::vector<int32_t> order;
+  std::vector<uint64_t> mass;  // of order[i]
 };
-// One row (V = logits.size() <= kSampleMaxVocab), steps 1-5 above; the engine's Sampler
-// calls it after applying penalties and suppression.
+// Steps 1-4 of one row (V = logits.size() <= kSampleMaxVocab): the distribution step 5 draws
+// from. Leaves the candidates in draw order in s.order and their masses in s.mass, and returns
+// their total W > 0: candidate i is drawn with probability s.mass[i] / W. Greedy (or no finite
+// logit): the first maximum alone. Rejection sampling (engine/rejection_sampler.h) compares
+// these distributions, so that it follows the very rules the draw does.
+uint64_t row_distribution(std::span<const float> logits, const RowSampling& p, SampleScratch& s);
+// One row, steps 1-5 above; the engine's Sampler calls it after applying penalties and
+// suppression.
 int32_t sample_row(std::span<const float> logits, const RowSampling& p, SampleScratch& s);
 // log Σ exp(x_i) in double (the raw logprobs' normaliser).
 double log_sum_exp(std::span<const float> logits);

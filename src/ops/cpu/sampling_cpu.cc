@@ -31,24 +31,30 @@ double log_sum_exp(std::span<const float> logits) {
   return mx + std::log(sum);
 }
 
-int32_t sample_row(std::span<const float> logits, const RowSampling& p, SampleScratch& s) {
+uint64_t row_distribution(std::span<const float> logits, const RowSampling& p, SampleScratch& s) {
   const auto V = static_cast<int64_t>(logits.size());
   if (V == 0 || V > kSampleMaxVocab)
     raise<Unsupported>("sample_row: a vocabulary of {} (1..{} supported)", V, kSampleMaxVocab);
   const auto best =
       static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  if (p.temperature <= 0) return best;
+  s.order.clear();
+  s.mass.clear();
+  const auto only_best = [&] {
+    s.order.assign(1, best);
+    s.mass.assign(1, 1);
+    return uint64_t{1};
+  };
+  if (p.temperature <= 0) return only_best();
   const auto inv_t = static_cast<float>(1.0 / p.temperature);
   const double mx = logits[best];
   const auto min_p = static_cast<float>(p.min_p);
   s.q.resize(V);
-  s.order.clear();
   for (int64_t i = 0; i < V; ++i) {
     const auto q = static_cast<float>(std::exp((static_cast<double>(logits[i]) - mx) * inv_t));
     s.q[i] = q;
     if (q > 0.0f && q >= min_p) s.order.push_back(static_cast<int32_t>(i));
   }
-  if (s.order.empty()) return best;  // no finite logits
+  if (s.order.empty()) return only_best();  // no finite logits
   const bool top_k = p.top_k > 0 && p.top_k < static_cast<int64_t>(s.order.size());
   if (top_k || p.top_p < 1.0) {
     // Descending q, ties to the lower id: the Sampler's stable sort of ascending ids.
@@ -63,22 +69,29 @@ int32_t sample_row(std::span<const float> logits, const RowSampling& p, SampleSc
     }
   }
   uint64_t total = 0;
-  for (int32_t i : s.order) total += mass(s.q[i]);
+  for (int32_t i : s.order) {
+    s.mass.push_back(mass(s.q[i]));
+    total += s.mass.back();
+  }
   if (p.top_p < 1.0) {
     // Keep a token while the mass ranked above it is below top_p (at least one survives).
     const double bound = p.top_p * static_cast<double>(total);
     uint64_t above = 0;
     size_t keep = 0;
-    while (keep < s.order.size() && static_cast<double>(above) < bound)
-      above += mass(s.q[s.order[keep++]]);
+    while (keep < s.order.size() && static_cast<double>(above) < bound) above += s.mass[keep++];
     s.order.resize(keep);
+    s.mass.resize(keep);
     total = above;
   }
-  const uint64_t target = draw_target(p.uniform, total);
+  return total;
+}
+
+int32_t sample_row(std::span<const float> logits, const RowSampling& p, SampleScratch& s) {
+  const uint64_t target = draw_target(p.uniform, row_distribution(logits, p, s));
   uint64_t acc = 0;
-  for (int32_t i : s.order) {
-    acc += mass(s.q[i]);
-    if (target < acc) return i;
+  for (size_t i = 0; i < s.order.size(); ++i) {
+    acc += s.mass[i];
+    if (target < acc) return s.order[i];
   }
   return s.order.back();
 }

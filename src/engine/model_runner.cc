@@ -158,7 +158,12 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     comms_ = make_mpi_group(local, allocs);
 #endif
   } else {
-    comms_ = make_in_process_group(tp, allocs);
+    // A meta runner of a GPU kind traces the collective scratch of the GPU communicator it
+    // stands in for (parallel/collective_scratch.h).
+    const CommKind traced = !traced_gpu ? CommKind::kHost
+                            : rpd > 1   ? CommKind::kDevice
+                                        : CommKind::kNccl;
+    comms_ = make_in_process_group(tp, allocs, traced);
   }
   for (auto& r : ranks_) r->worker = std::thread([rank = r.get()] { rank->loop(); });
   try {

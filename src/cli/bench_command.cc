@@ -409,6 +409,8 @@ json run_one(Context& cx, int64_t batch, double load_s) {
     };
   }
   out["cuda_graph_replays"] = cx.runner.graph_replays();
+  out["cuda_graph_bytes"] = cx.runner.graph_bytes();
+  out["cuda_graphs_off"] = cx.runner.decode_graphs_off_reason();
   // Under mpirun: what the leader sent the other processes per step (docs/multi-node.md).
   if (const ModelRunner::BroadcastStats b = cx.runner.broadcast_stats(); b.steps > 0)
     out["step_broadcast"] = {

@@ -15,7 +15,9 @@
 
 #include "cli/roofline.h"
 #include "core/error.h"
+#include "engine/memory_planner.h"
 #include "engine/model_runner.h"
+#include "model/kv_cache.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_context.h"
 #endif
@@ -40,6 +42,7 @@ struct BenchFlags {
   int warmup = 3;
   int iters = 3;
   bool synthetic_context = false;
+  bool enforce_eager = false;  // no CUDA graphs for decode
   bool json = false;
   // The roofline's peaks. 0: the device's own (H200 figures on a GPU; none on the CPU).
   double peak_bandwidth = 0;
@@ -335,7 +338,21 @@ json run_one(Context& cx, int64_t batch, double load_s) {
     for (int64_t b = 0; b < per_seq; ++b) t[b] = static_cast<int32_t>(s * per_seq + b);
     w.tables.push_back(std::move(t));
   }
-  cx.runner.allocate_kv_cache(batch * per_seq, f.block_size);
+  if (cx.runner.decode_graphs()) {
+    // Decode graphs need the serving layout: fixed block tables and a planned step workspace
+    // (meta profile), a cache of exactly the blocks used, graphs captured up to the batch.
+    const ServingLimits limits{.max_num_batched_tokens = f.max_num_batched_tokens,
+                               .max_num_seqs = batch,
+                               .max_model_len = f.input_len + f.output_len,
+                               .block_size = f.block_size};
+    const PlanBudget budget{
+        .device_bytes = device_memory_bytes(cx.device) / cx.runner.ranks_per_device(),
+        .kv_cache_memory_bytes = batch * per_seq * f.block_size *
+                                 KvCache::bytes_per_token(c, activation_dtype(cx.device))};
+    apply_plan(cx.runner, plan_memory(cx.runner, limits, budget, ProfileMode::kMeta));
+  } else {
+    cx.runner.allocate_kv_cache(batch * per_seq, f.block_size);
+  }
   cx.runner.reset_broadcast_stats();
 
   json out{{"model", f.model},
@@ -351,6 +368,8 @@ json run_one(Context& cx, int64_t batch, double load_s) {
            {"max_num_batched_tokens", f.max_num_batched_tokens},
            {"kv_cache_blocks", batch * per_seq},
            {"synthetic_context", f.synthetic_context},
+           {"enforce_eager", f.enforce_eager},
+           {"cuda_graph_buckets", cx.runner.captured_buckets()},
            {"warmup", f.warmup},
            {"iters", f.iters},
            {"load_s", load_s},
@@ -389,6 +408,9 @@ json run_one(Context& cx, int64_t batch, double load_s) {
         {"layer_types", layer_types_json(d.layers, c)},
     };
   }
+  out["cuda_graph_replays"] = cx.runner.graph_replays();
+  out["cuda_graph_bytes"] = cx.runner.graph_bytes();
+  out["cuda_graphs_off"] = cx.runner.decode_graphs_off_reason();
   // Under mpirun: what the leader sent the other processes per step (docs/multi-node.md).
   if (const ModelRunner::BroadcastStats b = cx.runner.broadcast_stats(); b.steps > 0)
     out["step_broadcast"] = {
@@ -503,7 +525,8 @@ void run(const BenchFlags& f) {
                       .load_format = parse_load_format(f.load_format),
                       .tensor_parallel_size = f.tensor_parallel_size,
                       .sequence_parallel = f.sequence_parallel,
-                      .device = device});
+                      .device = device,
+                      .enforce_eager = f.enforce_eager});
   const double load_s = seconds(Clock::now() - t0);
   if (!runner.leader()) return runner.follow();
   const io::ModelConfig& c = runner.config();
@@ -573,6 +596,8 @@ void add_bench_command(CLI::App& app) {
                   "Roofline FLOP/s (default on a GPU: H200 dense 1979e12 for FP8 checkpoints, "
                   "else 989e12; none on the CPU)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--enforce-eager", f->enforce_eager,
+                "Never capture CUDA graphs for decode (as serve --enforce-eager)");
   cmd->add_flag("--json", f->json, "One JSON object per batch size, one per line");
   cmd->callback([f] { run(*f); });
 }

@@ -220,6 +220,7 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const Checked& c) {
                     .device = c.device,
                     .ranks_per_device = f.ranks_per_device,
                     .meta = false,
+                    .enforce_eager = f.enforce_eager,
                     .load_progress = [&progress](int rank, int64_t done, int64_t total) {
                       progress.update(rank, done, total);
                     }});

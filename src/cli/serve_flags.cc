@@ -344,8 +344,10 @@ std::vector<FlagSpec> build_table() {
        "the engine thread schedules each step right before running it; there is no separate "
        "scheduler to overlap",
        no_value_check},
-      {"--enforce-eager", "", kSwitch, kNoEffect, "", "Never capture CUDA graphs",
-       "no CUDA graphs are captured: every step already runs eagerly", no_value_check},
+      {"--enforce-eager", "", kSwitch, kImplemented, "",
+       "Never capture CUDA graphs (by default decode steps replay one graph per batch-size "
+       "bucket on a GPU at tensor-parallel size 1)",
+       "", [](ServeFlags& f, const std::string& v) { return set_bool(f.enforce_eager, v); }},
       {"--compilation-config", "-O", kJson, kNoEffect, "JSON", "torch.compile and CUDA-graph "
        "settings",
        "there is no torch.compile or CUDA-graph capture: the kernels are compiled ahead of time",

@@ -40,6 +40,7 @@ struct ServeFlags {
   int64_t max_num_seqs = 256;
   int64_t block_size = 64;
   bool enable_prefix_caching = true;
+  bool enforce_eager = false;  // no CUDA graphs for decode
   std::optional<uint64_t> seed;
   // Chat and generation.
   std::string chat_template;

@@ -170,6 +170,16 @@ TEST(ServeFlags, NegationsAliasesAndForms) {
   EXPECT_EQ(parse({"--enable-prefix-caching=1"}).errors.size(), 1u);
 }
 
+// --enforce-eager is implemented (no CUDA graphs for decode), parsed once into the flags.
+TEST(ServeFlags, EnforceEagerIsImplemented) {
+  EXPECT_FALSE(parse({"m"}).flags.enforce_eager);
+  const ParsedServe on = parse({"m", "--enforce-eager"});
+  EXPECT_TRUE(on.errors.empty()) << joined(on.errors);
+  EXPECT_TRUE(on.flags.enforce_eager);
+  EXPECT_TRUE(on.flags.no_effect_notes.empty()) << joined(on.flags.no_effect_notes);
+  EXPECT_FALSE(parse({"m", "--enforce-eager", "--no-enforce-eager"}).flags.enforce_eager);
+}
+
 TEST(ServeFlags, JsonFlags) {
   const ParsedServe p =
       parse({"--default-chat-template-kwargs", "{\"enable_thinking\": false}",

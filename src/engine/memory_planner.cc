@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "engine/decode_graphs.h"
 #include "model/kv_cache.h"
 #include "ops/linear.h"
 #ifdef MLASERVE_CUDA_RUNTIME
@@ -93,7 +94,8 @@ std::vector<ProfileStep> worst_case_steps(const ServingLimits& l, int64_t cache_
   return steps;
 }
 
-std::vector<ProfileStep> profile_steps(const ServingLimits& l, int64_t cache_blocks) {
+std::vector<ProfileStep> profile_steps(const ServingLimits& l, int64_t cache_blocks,
+                                       const std::vector<int64_t>& decode_sizes) {
   std::vector<ProfileStep> steps = worst_case_steps(l, cache_blocks);
   for (int64_t n = 1; n < l.max_num_batched_tokens; n *= 2) {
     ServingLimits fewer = l;
@@ -104,6 +106,13 @@ std::vector<ProfileStep> profile_steps(const ServingLimits& l, int64_t cache_blo
     ServingLimits fewer = l;
     fewer.max_num_seqs = n;
     steps.push_back({"decode sweep", std::move(worst_case_steps(fewer, cache_blocks)[1].batch)});
+  }
+  const int64_t decodes = std::min(l.max_num_seqs, l.max_num_batched_tokens);
+  for (const int64_t n : decode_sizes) {
+    if (n >= decodes || (n & (n - 1)) == 0) continue;  // profiled above
+    ServingLimits fewer = l;
+    fewer.max_num_seqs = n;
+    steps.push_back({"graph bucket", std::move(worst_case_steps(fewer, cache_blocks)[1].batch)});
   }
   return steps;
 }
@@ -117,6 +126,7 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
                            budget.utilization);
   MemoryPlan plan;
   plan.limits = limits;
+  if (runner.decode_graphs()) plan.graph_buckets = decode_graph_buckets(limits.max_num_seqs);
 
   // The profile: every worst-case step through the serving path, over a cache just big enough
   // for the fresh step (longer contexts cycle through its blocks).
@@ -132,7 +142,7 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
   runner.allocate_kv_cache(cache_blocks, limits);
   std::vector<std::vector<int64_t>> workspace(tp);
   std::vector<int64_t> comm(tp, 0), peak(tp, 0);
-  for (const ProfileStep& step : profile_steps(limits, cache_blocks)) {
+  for (const ProfileStep& step : profile_steps(limits, cache_blocks, plan.graph_buckets)) {
     // The device-sampling path: the forward, then the draw on rank 0's device.
     const std::vector<ops::RowSampling> rows(step.batch.num_logit_rows());
     runner.reset_peaks();
@@ -166,13 +176,16 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
     rp.step_peak_bytes = peak[r];
     rp.gemm_workspace_bytes = ops::linear_workspace_bytes(runner.device());
     rp.untracked_bytes = gpu && traced_runner ? kCudaContextAllowanceBytes : untracked[r];
+    rp.graph_bytes = plan.graph_buckets.empty() ? 0 : kDecodeGraphAllowanceBytes;
+    rp.host_buffer_bytes = ModelRunner::host_buffer_bytes(limits, c.vocab_size, r == 0);
     rp.kv_bytes_per_token = KvCache::bytes_per_token(c, activation_dtype(runner.device()));
     rp.kv_budget_bytes =
         budget.kv_cache_memory_bytes
             ? *budget.kv_cache_memory_bytes
             : static_cast<int64_t>(static_cast<double>(budget.device_bytes) * budget.utilization) -
                   rp.weights_bytes - rp.step_workspace_bytes - rp.step_comm_bytes -
-                  rp.gemm_workspace_bytes - rp.untracked_bytes - plan.safety_margin_bytes;
+                  rp.gemm_workspace_bytes - rp.untracked_bytes - rp.graph_bytes -
+                  plan.safety_margin_bytes;
     rp.num_blocks =
         std::max<int64_t>(0, rp.kv_budget_bytes / (rp.kv_bytes_per_token * limits.block_size));
     plan.num_blocks = std::min(plan.num_blocks, rp.num_blocks);
@@ -186,10 +199,11 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
     const std::string budget_line = fmt::format(
         "(Per rank: budget {:.2f} GiB = {:.0f}% of {:.2f} GiB − weights {:.2f} GiB − step "
         "workspace {:.2f} GiB − step collectives {:.2f} GiB − GEMM workspace {:.2f} GiB − "
-        "untracked {:.2f} GiB − margin {:.2f} GiB.)",
+        "untracked {:.2f} GiB − CUDA graphs {:.2f} GiB − margin {:.2f} GiB.)",
         r0.kv_budget_bytes / kGiB, budget.utilization * 100, budget.device_bytes / kGiB,
         r0.weights_bytes / kGiB, r0.step_workspace_bytes / kGiB, r0.step_comm_bytes / kGiB,
-        r0.gemm_workspace_bytes / kGiB, r0.untracked_bytes / kGiB, plan.safety_margin_bytes / kGiB);
+        r0.gemm_workspace_bytes / kGiB, r0.untracked_bytes / kGiB, r0.graph_bytes / kGiB,
+        plan.safety_margin_bytes / kGiB);
     if (requested.max_model_len > 0 || plan.kv_tokens == 0)
       raise<InvalidArgument>(
           "the KV cache holds {} tokens ({} blocks of {}), fewer than one max_model_len request "
@@ -226,6 +240,7 @@ void apply_plan(ModelRunner& runner, const MemoryPlan& plan) {
                      p.gemm_workspace_bytes + p.step_workspace_bytes + p.step_comm_bytes);
   }
   runner.set_memory_limits(limits);
+  runner.capture_decode_graphs(plan.graph_buckets);
 }
 
 nlohmann::json MemoryPlan::to_json() const {
@@ -240,6 +255,8 @@ nlohmann::json MemoryPlan::to_json() const {
                   {"step_peak_bytes", r.step_peak_bytes},
                   {"gemm_workspace_bytes", r.gemm_workspace_bytes},
                   {"untracked_bytes", r.untracked_bytes},
+                  {"graph_bytes", r.graph_bytes},
+                  {"host_buffer_bytes", r.host_buffer_bytes},
                   {"kv_bytes_per_token", r.kv_bytes_per_token},
                   {"kv_budget_bytes", r.kv_budget_bytes},
                   {"num_blocks", r.num_blocks}});
@@ -252,6 +269,7 @@ nlohmann::json MemoryPlan::to_json() const {
           {"max_num_batched_tokens", limits.max_num_batched_tokens},
           {"max_num_seqs", limits.max_num_seqs},
           {"safety_margin_bytes", safety_margin_bytes},
+          {"graph_buckets", graph_buckets},
           {"ranks", rs}};
 }
 
@@ -262,11 +280,13 @@ std::string MemoryPlan::report() const {
     out += fmt::format(
         "rank {}: weights {:.3f} GiB, step workspace {:.3f} GiB ({} bytes; prefill {:.3f}, "
         "decode {:.3f}, long chunk {:.3f}), step collectives {:.3f} GiB, GEMM workspace {:.3f} "
-        "GiB, untracked {:.3f} GiB, KV {} bytes/token (MLA latent replicated on every rank)\n",
+        "GiB, untracked {:.3f} GiB, CUDA graphs {:.3f} GiB, KV {} bytes/token (MLA latent "
+        "replicated on every rank); host buffers {:.1f} MiB\n",
         r, p.weights_bytes / kGiB, p.step_workspace_bytes / kGiB, p.step_workspace_bytes,
         p.prefill_workspace_bytes / kGiB, p.decode_workspace_bytes / kGiB,
         p.long_chunk_workspace_bytes / kGiB, p.step_comm_bytes / kGiB,
-        p.gemm_workspace_bytes / kGiB, p.untracked_bytes / kGiB, p.kv_bytes_per_token);
+        p.gemm_workspace_bytes / kGiB, p.untracked_bytes / kGiB, p.graph_bytes / kGiB,
+        p.kv_bytes_per_token, static_cast<double>(p.host_buffer_bytes) / (1 << 20));
   }
   const RankPlan& r0 = ranks[0];
   out += fmt::format("Available KV cache memory: {:.2f} GiB\n", r0.kv_budget_bytes / kGiB);

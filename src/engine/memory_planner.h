@@ -51,9 +51,16 @@ struct RankPlan {
   // Device memory outside the tracked allocator: measured after a real GPU profile, the stated
   // kCudaContextAllowanceBytes for a GPU planned in meta mode, 0 on the CPU.
   int64_t untracked_bytes = 0;
+  // CUDA graphs for decode (engine/decode_graphs.h): the stated bound of their device memory
+  // when the runner captures them (kDecodeGraphAllowanceBytes; capture measures and stays
+  // within it), else 0.
+  int64_t graph_bytes = 0;
   int64_t kv_bytes_per_token = 0;
   int64_t kv_budget_bytes = 0;
   int64_t num_blocks = 0;
+  // Host memory, not the device's: the rank's reused step inputs and outputs
+  // (ModelRunner::host_buffer_bytes), page-locked on a GPU.
+  int64_t host_buffer_bytes = 0;
 };
 
 struct MemoryPlan {
@@ -65,6 +72,9 @@ struct MemoryPlan {
   int64_t kv_tokens = 0;
   double max_concurrency = 0;  // kv_tokens / max_model_len
   int64_t safety_margin_bytes = 0;
+  // The decode batch sizes apply_plan captures CUDA graphs for (decode_graph_buckets of
+  // max_num_seqs; empty when the runner runs eagerly), each profiled as a decode step.
+  std::vector<int64_t> graph_buckets;
 
   nlohmann::json to_json() const;
   // vLLM-style lines: available KV memory, KV cache size in tokens, maximum concurrency.
@@ -85,9 +95,11 @@ struct ProfileStep {
 std::vector<ProfileStep> worst_case_steps(const ServingLimits& limits, int64_t cache_blocks);
 // What the planner profiles: the worst-case steps, then, for every power of two n below the
 // limits, a fresh prefill of n tokens (spread as the worst one) and n decodes at max_model_len − 1
-// context. The step workspace is the largest high-water mark over all of them
-// (docs/memory-planning.md "The step workspace" says why smaller steps are profiled too).
-std::vector<ProfileStep> profile_steps(const ServingLimits& limits, int64_t cache_blocks);
+// context, and as many decodes for every other size in `decode_sizes` (the CUDA graph buckets).
+// The step workspace is the largest high-water mark over all of them (docs/memory-planning.md
+// "The step workspace" says why smaller steps are profiled too).
+std::vector<ProfileStep> profile_steps(const ServingLimits& limits, int64_t cache_blocks,
+                                       const std::vector<int64_t>& decode_sizes = {});
 // Blocks the prefill step needs (the profile's cache size).
 int64_t prefill_blocks(const ServingLimits& limits);
 
@@ -99,7 +111,8 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& limits, const P
                        ProfileMode mode);
 
 // Allocates plan.num_blocks KV blocks and reserves the step workspace on every rank, records
-// the plan's limits on the runner (an engine with other limits is refused) and caps each rank's
+// the plan's limits on the runner (an engine with other limits is refused), captures the decode
+// graphs of plan.graph_buckets and caps each rank's
 // allocator at what the plan accounted for: a serving step that would allocate past the plan
 // (or past its step workspace) fails with OutOfMemory naming the tag — a planner bug caught at
 // the allocation, failing that step only.

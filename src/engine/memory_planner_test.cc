@@ -310,16 +310,42 @@ TEST(MemoryPlanner, GpuMetaEqualsRealToTheByte) {
         EXPECT_EQ(a.long_chunk_workspace_bytes, b.long_chunk_workspace_bytes) << at;
         EXPECT_EQ(a.gemm_workspace_bytes, b.gemm_workspace_bytes) << at;
         EXPECT_EQ(a.step_workspace_bytes, b.step_workspace_bytes) << at;
-        // Collective buffers are not compared: a meta runner traces the in-process
-        // communicator's, a GPU runner with shared ranks takes the device communicator's.
+        // A meta runner traces the scratch of the communicator the GPU runner takes
+        // (parallel/collective_scratch.h).
+        EXPECT_EQ(a.step_comm_bytes, b.step_comm_bytes) << at;
         std::printf(
-            "%s: step workspace %lld bytes (real = meta), step collectives %lld real / %lld "
+            "%s: step workspace %lld bytes (real = meta), step collectives %lld real = %lld "
             "meta, untracked %lld measured\n",
             at.c_str(), static_cast<long long>(a.step_workspace_bytes),
             static_cast<long long>(a.step_comm_bytes), static_cast<long long>(b.step_comm_bytes),
             static_cast<long long>(a.untracked_bytes));
       }
     }
+}
+
+// A meta runner of the GPU kind plans the collectives' scratch of the communicator a GPU runner
+// would take: the device communicator's fp32 all_reduce sums when ranks share a GPU, NCCL's
+// widened bf16 reductions on a GPU per rank (reduce_scatter: the input and the result). The
+// largest is the residual stream's, tokens × hidden fp32 values (by hand: hidden 256).
+TEST(MemoryPlanner, MetaOfAGpuTracesItsCommunicatorsScratch) {
+  const ServingLimits limits{
+      .max_num_batched_tokens = 512, .max_num_seqs = 8, .max_model_len = 256, .block_size = 16};
+  const PlanBudget budget{
+      .device_bytes = int64_t{16} << 30, .utilization = 0.9, .kv_cache_memory_bytes = {}};
+  const auto comm = [&](int rpd, bool sp) {
+    ModelRunner runner({.model = kData + "/tiny-glm5",
+                        .tensor_parallel_size = 2,
+                        .sequence_parallel = sp,
+                        .device = Device::cuda(0),
+                        .ranks_per_device = rpd,
+                        .meta = true});
+    return plan_memory(runner, limits, budget, ProfileMode::kMeta).ranks[1].step_comm_bytes;
+  };
+  const int64_t residual = int64_t{512} * 256 * 4;
+  EXPECT_EQ(comm(2, false), residual);         // device communicator: all_reduce sums
+  EXPECT_EQ(comm(1, false), residual);         // NCCL: a bf16 all_reduce widened to fp32
+  EXPECT_EQ(comm(2, true), 0);                 // device reduce_scatter sums in place
+  EXPECT_EQ(comm(1, true), residual / 2 * 3);  // NCCL: input widened, then the result
 }
 
 // Every rank's step-arena offsets of one step, in allocation order.

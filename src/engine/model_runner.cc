@@ -6,11 +6,14 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "core/error.h"
+#include "core/host_buffer.h"
 #include "core/logging.h"
+#include "engine/decode_graphs.h"
 #include "ops/copy.h"
 #include "ops/linear.h"
 #include "parallel/in_process_communicator.h"
@@ -21,6 +24,7 @@
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
 #include "core/cuda_context.h"
+#include "core/cuda_graph.h"
 #include "parallel/device_communicator.h"
 #endif
 #ifdef MLASERVE_NCCL
@@ -39,6 +43,23 @@ struct ModelRunner::Rank {
   std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Model> model;
   KvCache kv;
+  // Host memory reused by every step (host_buffer_bytes): page-locked on a CUDA rank.
+  bool pinned = false;
+  StepStaging staging;               // bound to the worker thread
+  HostBuffer ids, logprobs, logits;  // results read back (the returning rank's)
+#ifdef MLASERVE_CUDA_RUNTIME
+  // One captured decode step per bucket: its logits' place in the step workspace, and the
+  // staging it reads (which must not move while it exists).
+  struct Graph {
+    cuda::Graph graph;
+    void* logits = nullptr;
+    int64_t logits_bytes = 0;
+    int64_t vocab = 0;
+    const void* index = nullptr;
+    const void* tables = nullptr;
+  };
+  std::map<int64_t, Graph> graphs;
+#endif
 
   std::thread worker;
   std::mutex mu;
@@ -52,6 +73,7 @@ struct ModelRunner::Rank {
     // Every kernel of this rank goes to this thread's stream on its device.
     if (!device.is_cpu() && !traced) cuda::bind(device.index, alloc.get());
 #endif
+    StepStaging::bind(&staging);
     for (;;) {
       std::function<void()> j;
       {
@@ -100,6 +122,11 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
         "--ranks-per-device {} puts every rank in one process; under mpirun use one GPU per rank",
         rpd);
   tp_size_ = tp;
+  graphs_off_ = mls::decode_graphs_off_reason(opts.enforce_eager, opts.device, tp);
+  if (!opts.device.is_cpu())
+    MLS_LOG_INFO("CUDA graphs for decode: {}",
+                 graphs_off_.empty() ? std::string("on, captured once the memory plan is applied")
+                                     : "off: " + graphs_off_);
   const int local = tp / world.num_processes();
   first_rank_ = world.process() * local;
   // A process's GPUs follow those of the processes before it on its host.
@@ -126,6 +153,7 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     rank->index = first_rank_ + l;
     rank->device = gpu ? Device::cuda(first_device + l / rpd) : Device::cpu();
     rank->traced = traced_gpu;
+    rank->pinned = gpu && !traced_gpu;
     if (traced_gpu) rank->alloc = std::make_unique<MetaAllocator>(rank->device);
 #ifdef MLASERVE_CUDA_RUNTIME
     if (gpu && !traced_gpu) rank->alloc = std::make_unique<CudaAllocator>(rank->device.index);
@@ -158,7 +186,12 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     comms_ = make_mpi_group(local, allocs);
 #endif
   } else {
-    comms_ = make_in_process_group(tp, allocs);
+    // A meta runner of a GPU kind traces the collective scratch of the GPU communicator it
+    // stands in for (parallel/collective_scratch.h).
+    const CommKind traced = !traced_gpu ? CommKind::kHost
+                            : rpd > 1   ? CommKind::kDevice
+                                        : CommKind::kNccl;
+    comms_ = make_in_process_group(tp, allocs, traced);
   }
   for (auto& r : ranks_) r->worker = std::thread([rank = r.get()] { rank->loop(); });
   try {
@@ -238,7 +271,7 @@ void ModelRunner::follow() {
         forward(command_.batch, command_.observe ? ignore : nullptr);
         break;
       case RunnerOp::kAllocateKv:
-        allocate_kv(a.at(0), a.at(1), a.at(2), a.at(3));
+        allocate_kv(a.at(0), a.at(1), a.at(2), a.at(3), a.at(4));
         break;
       case RunnerOp::kReleaseKv:
         release_kv_cache();
@@ -352,6 +385,7 @@ void ModelRunner::reset_peaks() {
 }
 
 void ModelRunner::set_meta(bool on) {
+  drop_graphs();
   broadcast(RunnerOp::kSetMeta, {on ? 1 : 0});
   for (auto& r : ranks_) r->alloc->set_meta(on);
 }
@@ -366,29 +400,67 @@ void ModelRunner::set_memory_limits(const std::vector<int64_t>& bytes) {
 void ModelRunner::reserve_step_workspaces(const std::vector<int64_t>& bytes) {
   if (static_cast<int>(bytes.size()) != tp_size_)
     raise<InternalError>("{} step workspaces for {} ranks", bytes.size(), tp_size_);
+  drop_graphs();
   broadcast(RunnerOp::kReserveStepWorkspace, bytes);
   // On the rank's thread: a GPU region comes from the rank's stream like its steps' memory.
   run_on_all_ranks([&](Rank& r) { r.alloc->reserve_step_workspace(bytes[r.index]); });
 }
 
 void ModelRunner::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
-  allocate_kv(num_blocks, block_size, 0, 0);
+  allocate_kv(num_blocks, block_size, 0, 0, 0);
 }
 
 void ModelRunner::allocate_kv_cache(int64_t num_blocks, const ServingLimits& limits) {
   allocate_kv(num_blocks, limits.block_size, limits.max_num_seqs,
-              (limits.max_model_len + limits.block_size - 1) / limits.block_size);
+              (limits.max_model_len + limits.block_size - 1) / limits.block_size,
+              limits.max_num_batched_tokens);
+}
+
+namespace {
+
+// What the returning rank reads back at most per step without chunking: sampled ids and
+// logprobs for every token, logits for max_num_seqs rows.
+struct ReadbackSizes {
+  int64_t ids = 0, logprobs = 0, logits = 0;
+};
+ReadbackSizes readback_sizes(int64_t tokens, int64_t seqs, int64_t vocab) {
+  return {4 * tokens, 4 * tokens, 4 * seqs * vocab};
+}
+
+// `buf` holds at least `bytes`: it grows only on a runner without serving limits, whose buffers
+// are sized by its steps.
+HostBuffer& ensure(HostBuffer& buf, int64_t bytes, bool pinned) {
+  if (buf.bytes() < bytes) buf = HostBuffer(bytes, pinned);
+  return buf;
+}
+
+}  // namespace
+
+int64_t ModelRunner::host_buffer_bytes(const ServingLimits& l, int64_t vocab, bool returns) {
+  const int64_t cols = (l.max_model_len + l.block_size - 1) / l.block_size;
+  const ReadbackSizes rb = readback_sizes(l.max_num_batched_tokens, l.max_num_seqs, vocab);
+  return StepStaging::bytes_for(l.max_num_batched_tokens, l.max_num_seqs, cols) +
+         (returns ? rb.ids + rb.logprobs + rb.logits : 0);
 }
 
 void ModelRunner::allocate_kv(int64_t num_blocks, int64_t block_size, int64_t table_rows,
-                              int64_t table_cols) {
-  broadcast(RunnerOp::kAllocateKv, {num_blocks, block_size, table_rows, table_cols});
+                              int64_t table_cols, int64_t tokens) {
+  drop_graphs();
+  broadcast(RunnerOp::kAllocateKv, {num_blocks, block_size, table_rows, table_cols, tokens});
   run_on_all_ranks([&](Rank& r) {
     r.kv = KvCache();  // free the old cache before taking the new one
     r.kv = KvCache::allocate(r.model->config(), num_blocks, block_size, activation_dtype(r.device),
                              *r.alloc);
     r.kv.table_rows = table_rows;
     r.kv.table_cols = table_cols;
+    if (tokens == 0) return;
+    // Serving limits: the host buffers once, at their largest (host_buffer_bytes).
+    r.staging.reserve(tokens, table_rows, table_cols, r.pinned);
+    if (r.index != 0) return;
+    const ReadbackSizes rb = readback_sizes(tokens, table_rows, r.model->config().vocab_size);
+    r.ids = HostBuffer(rb.ids, r.pinned);
+    r.logprobs = HostBuffer(rb.logprobs, r.pinned);
+    r.logits = HostBuffer(rb.logits, r.pinned);
   });
   num_blocks_ = num_blocks;
   block_size_ = block_size;
@@ -396,6 +468,7 @@ void ModelRunner::allocate_kv(int64_t num_blocks, int64_t block_size, int64_t ta
 }
 
 void ModelRunner::release_kv_cache() {
+  drop_graphs();
   broadcast(RunnerOp::kReleaseKv);
   run_on_all_ranks([](Rank& r) { r.kv = KvCache(); });
   num_blocks_ = 0;
@@ -409,6 +482,8 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= config().vocab_size)
       raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config().vocab_size);
+  if (const int64_t bucket = graph_bucket_for(captured_, batch); bucket > 0 && !observer)
+    return replay(batch, bucket, finish);
   broadcast(RunnerOp::kForward, {}, &batch, observer != nullptr);
   run_on_all_ranks(
       [&](Rank& r) {
@@ -430,12 +505,23 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
 
 Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {
   Tensor result;
-  step(batch, observer, [&](Rank&, Tensor& logits) {
+  step(batch, observer, [&](Rank& r, Tensor& logits) {
     if (!logits.raw()) return;  // meta: nothing comes back
     // The logits come back to memory of their own (the engine samples on the host): the
     // step's workspace is the next step's.
     result = Tensor::empty(logits.shape(), DType::kF32, MemTag::kActivation, default_allocator());
-    ops::copy(logits, result);
+    if (r.device.is_cpu()) return ops::copy(logits, result);
+    // Through the rank's page-locked buffer, max_num_seqs rows at a time.
+    const int64_t R = logits.dim(0), V = logits.dim(1);
+    HostBuffer& buf = r.logits.bytes() >= 4 * V ? r.logits : ensure(r.logits, 4 * R * V, r.pinned);
+    const int64_t chunk = buf.bytes() / (4 * V);
+    for (int64_t first = 0; first < R; first += chunk) {
+      const int64_t n = std::min(chunk, R - first);
+      Tensor staged = Tensor::wrap(buf.data<float>(), {n, V}, DType::kF32);
+      ops::copy(logits.narrow(0, first, n), staged);  // returns once the rows have arrived
+      std::memcpy(result.data<float>() + first * V, buf.data<float>(),
+                  static_cast<size_t>(n * V) * sizeof(float));
+    }
   });
   return result;
 }
@@ -461,9 +547,9 @@ SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
         ops::apply_token_mask(logits, dev);
       }
     }
-    Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
-    Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
     if (r.device.is_cpu()) {
+      Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
+      Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
       if (logits.raw()) ops::sample_rows(logits, rows, ids, logprobs);
       return;
     }
@@ -471,10 +557,158 @@ SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
     Tensor dev_logprobs = Tensor::empty({R}, DType::kF32, MemTag::kActivation, *r.alloc);
     ops::sample_rows(logits, rows, dev_ids, dev_logprobs);
     if (!dev_ids.raw()) return;  // meta: sizes traced, nothing comes back
+    // Back through the rank's page-locked buffers.
+    Tensor ids = Tensor::wrap(ensure(r.ids, 4 * R, r.pinned).data<int32_t>(), {R}, DType::kI32);
+    Tensor logprobs =
+        Tensor::wrap(ensure(r.logprobs, 4 * R, r.pinned).data<float>(), {R}, DType::kF32);
     ops::copy(dev_ids, ids);
     ops::copy(dev_logprobs, logprobs);
+    std::copy_n(ids.data<int32_t>(), R, out.ids.begin());
+    std::copy_n(logprobs.data<float>(), R, out.logprobs.begin());
   });
   return out;
+}
+
+void ModelRunner::drop_graphs() {
+#ifdef MLASERVE_CUDA_RUNTIME
+  if (!captured_.empty()) run_on_all_ranks([](Rank& r) { r.graphs.clear(); });
+#endif
+  captured_.clear();
+  graph_bytes_ = 0;
+}
+
+namespace {
+
+// A graph step's staging (StepStaging::full_reach_keys) for the length of a scope.
+class FullReach {
+ public:
+  FullReach(StepStaging& s, int64_t keys) : s_(s) { s_.full_reach_keys = keys; }
+  ~FullReach() { s_.full_reach_keys = 0; }
+  FullReach(const FullReach&) = delete;
+  FullReach& operator=(const FullReach&) = delete;
+
+ private:
+  StepStaging& s_;
+};
+
+}  // namespace
+
+void ModelRunner::capture_decode_graphs(const std::vector<int64_t>& buckets) {
+  drop_graphs();
+  if (!decode_graphs() || buckets.empty() || ranks_[0]->traced) return;
+  if (!planned_limits_)
+    raise<InternalError>("decode graphs are captured after the memory plan is applied");
+#ifdef MLASERVE_CUDA_RUNTIME
+  const ServingLimits limits = *planned_limits_;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> captured;
+  std::string skipped, failure;
+  run_on_all_ranks([&](Rank& r) {
+    for (const int64_t bucket : buckets) {
+      const ForwardBatch batch = capture_batch(bucket);
+      Rank::Graph g;
+      // The step as the graph will hold it: embedding to logits, in the step workspace.
+      const auto run = [&](bool record) {
+        Allocator::StepScope scope(*r.alloc);
+        {
+          Tensor logits = r.model->forward(batch, r.kv);
+          if (record) {
+            g.logits = logits.raw();
+            g.vocab = logits.dim(1);
+          }
+          g.logits_bytes = static_cast<int64_t>(logits.nbytes());
+        }
+        scope.close();
+      };
+      const int64_t before = cuda::device_bytes_in_use();
+      try {
+        const FullReach reach(r.staging, limits.max_model_len);
+        // Eagerly first: cuBLASLt plans chosen and tuned outside the capture, and the step shown
+        // to fit the workspace (it throws OutOfMemory past it).
+        run(false);
+        cuda::synchronize();
+        r.staging.make_room(0, 0);  // nothing left to wait for inside the capture
+        g.graph = cuda::Graph::capture([&] { run(true); });
+      } catch (const OutOfMemory& e) {
+        skipped += fmt::format(" {} ({})", bucket, e.what());
+        continue;
+      } catch (const Error& e) {
+        // A step that cannot be captured (the CUDA error named): it and the larger buckets run
+        // eagerly, loudly; the smaller ones keep their graphs.
+        failure = fmt::format("{} and larger (capture failed: {})", bucket, e.what());
+        break;
+      }
+      const int64_t bytes = cuda::device_bytes_in_use() - before;
+      if (graph_bytes_ + bytes > kDecodeGraphAllowanceBytes) {
+        skipped += fmt::format(" {}.. (the graphs would take {} bytes, over the planned {})",
+                               bucket, graph_bytes_ + bytes, kDecodeGraphAllowanceBytes);
+        break;
+      }
+      graph_bytes_ += bytes;
+      g.index = r.staging.index.data<void>();
+      g.tables = r.staging.tables.data<void>();
+      r.graphs.emplace(bucket, std::move(g));
+      captured.push_back(bucket);
+    }
+  });
+  captured_ = std::move(captured);
+  if (!failure.empty()) skipped += " " + failure;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MLS_LOG_INFO(
+      "CUDA graphs for decode: captured {} of {} batch-size buckets (up to {}) in {:.2f} s, {:.1f} "
+      "MiB of device memory (planned {:.0f} MiB)",
+      captured_.size(), buckets.size(), captured_.empty() ? 0 : captured_.back(), secs,
+      static_cast<double>(graph_bytes_) / (1 << 20),
+      static_cast<double>(kDecodeGraphAllowanceBytes) / (1 << 20));
+  if (!skipped.empty())
+    MLS_LOG_WARN("CUDA graphs for decode: these buckets run eagerly:{}", skipped);
+#else
+  raise<Unsupported>("CUDA graphs need the CUDA runtime, which this build lacks");
+#endif
+}
+
+void ModelRunner::replay(const ForwardBatch& batch, int64_t bucket,
+                         const std::function<void(Rank&, Tensor&)>& finish) {
+#ifdef MLASERVE_CUDA_RUNTIME
+  const ForwardBatch padded = pad_decode_batch(batch, bucket);
+  const int64_t R = batch.num_logit_rows();
+  const int64_t max_keys = planned_limits_->max_model_len;
+  run_on_all_ranks([&](Rank& r) {
+    Rank::Graph& g = r.graphs.at(bucket);
+    {
+      const FullReach reach(r.staging, max_keys);
+      StepContext::stage(padded, r.kv.block_size, {r.kv.table_rows, r.kv.table_cols}, 0, bucket,
+                         r.staging);
+    }
+    if (r.staging.index.data<void>() != g.index || r.staging.tables.data<void>() != g.tables)
+      raise<InternalError>("the step staging moved after decode graph {} was captured", bucket);
+    Allocator::StepScope scope(*r.alloc);
+    {
+      // The graph's logits stay where the capture put them: the step's own allocations (the
+      // draw's outputs, masks) go past them. The first allocation of a step sits at the
+      // workspace's start.
+      Tensor first = Tensor::empty({1}, DType::kI32, MemTag::kActivation, *r.alloc);
+      char* const base = static_cast<char*>(first.raw());
+      const int64_t upto = static_cast<char*>(g.logits) - base + g.logits_bytes;
+      first = Tensor();
+      const Tensor hold =
+          Tensor::empty({(upto + 3) / 4}, DType::kI32, MemTag::kActivation, *r.alloc);
+      if (hold.raw() != base)
+        raise<InternalError>("the step workspace did not place decode graph {}'s step at its start",
+                             bucket);
+      g.graph.replay();
+      r.staging.mark_uploaded();
+      Tensor logits =
+          Tensor::wrap(g.logits, {bucket, g.vocab}, DType::kF32, r.device).narrow(0, 0, R);
+      finish(r, logits);
+    }
+    scope.close();
+  });
+  ++graph_replays_;
+#else
+  (void)batch, (void)bucket, (void)finish;
+  raise<InternalError>("no decode graph without the CUDA runtime");
+#endif
 }
 
 std::vector<int64_t> ModelRunner::untracked_device_bytes() {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/serving_limits.h"
@@ -45,6 +46,8 @@ struct RunnerOptions {
   // CUDA runtime is needed: the ranks hold sizes only (planning a GPU from a laptop).
   bool meta = false;
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
+  // Never capture CUDA graphs for decode (vLLM's --enforce-eager; engine/decode_graphs.h).
+  bool enforce_eager = false;
   // Weight-loading progress of every rank (model/model_weights.h), e.g. a progress bar.
   WeightLoadProgress load_progress = nullptr;
 };
@@ -89,6 +92,26 @@ class ModelRunner {
   BroadcastStats broadcast_stats() const { return broadcast_stats_; }
   void reset_broadcast_stats() { broadcast_stats_ = {}; }
 
+  // Host memory a rank holds for its steps' inputs and outputs at `limits` (page-locked on a
+  // CUDA rank; core/host_buffer.h): the step staging (model/step_context.h) and, on the rank
+  // that returns results (rank 0), the sampled ids and logprobs and a logits buffer of
+  // max_num_seqs rows of `vocab` floats through which larger readbacks go in chunks.
+  static int64_t host_buffer_bytes(const ServingLimits& limits, int64_t vocab, bool returns);
+
+  // CUDA graphs for decode (engine/decode_graphs.h), decided once at construction: "" when this
+  // runner captures them once a memory plan is applied (a meta runner plans for them), else why
+  // not.
+  const std::string& decode_graphs_off_reason() const { return graphs_off_; }
+  bool decode_graphs() const { return graphs_off_.empty(); }
+  // Captures one decode graph per bucket (ascending, from the plan) on every rank, replacing any
+  // earlier ones; buckets whose step does not fit are left to run eagerly. Logs the capture time
+  // and the device memory the graphs took (measured; at most kDecodeGraphAllowanceBytes).
+  void capture_decode_graphs(const std::vector<int64_t>& buckets);
+  // The buckets captured now (empty: every step eager), and the steps served by replay so far.
+  const std::vector<int64_t>& captured_buckets() const { return captured_; }
+  int64_t graph_replays() const { return graph_replays_; }
+  int64_t graph_bytes() const { return graph_bytes_; }
+
   // (Re)allocates the paged KV cache on every rank; each step's block tables are sized to its
   // batch.
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size);
@@ -132,8 +155,15 @@ class ModelRunner {
   void step(const ForwardBatch& batch, const ForwardObserver& observer,
             const std::function<void(Rank&, Tensor&)>& finish);
   void stop_workers();
+  // A step served by a captured graph (tp 1): pads `batch` to `bucket` and replays.
+  void replay(const ForwardBatch& batch, int64_t bucket,
+              const std::function<void(Rank&, Tensor&)>& finish);
+  // Drops every captured graph (their addresses are about to change).
+  void drop_graphs();
   // allocate_kv_cache with the block tables' fixed shape (0 rows: per step).
-  void allocate_kv(int64_t num_blocks, int64_t block_size, int64_t table_rows, int64_t table_cols);
+  // `tokens` (max_num_batched_tokens; 0: none) sizes the host buffers once.
+  void allocate_kv(int64_t num_blocks, int64_t block_size, int64_t table_rows, int64_t table_cols,
+                   int64_t tokens);
   // On the leader of a multi-process world: sends the command to the followers.
   void broadcast(RunnerOp op, std::vector<int64_t> args = {}, const ForwardBatch* batch = nullptr,
                  bool observe = false);
@@ -152,6 +182,10 @@ class ModelRunner {
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
   std::optional<ServingLimits> planned_limits_;
+  std::string graphs_off_;
+  std::vector<int64_t> captured_;
+  int64_t graph_replays_ = 0;
+  int64_t graph_bytes_ = 0;
 };
 
 }  // namespace mls

@@ -15,7 +15,7 @@ namespace mls {
 
 enum class RunnerOp : uint8_t {
   kForward,               // batch, observe
-  kAllocateKv,            // args {num_blocks, block_size, table_rows, table_cols}
+  kAllocateKv,            // args {num_blocks, block_size, table_rows, table_cols, tokens}
   kReleaseKv,             //
   kSetMeta,               // args {on}
   kResetPeaks,            //

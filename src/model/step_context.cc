@@ -56,35 +56,72 @@ static int64_t max_blocks_of(const ForwardBatch& b, int64_t bs) {
   return m;
 }
 
+namespace {
+
+thread_local StepStaging* t_bound = nullptr;
+
+// Columns of the block tables a step uploads: all of the fixed tables' in a graph step, else its
+// own.
+int64_t upload_cols(const StepStaging& st, const StepContext::TableShape& table,
+                    int64_t max_blocks) {
+  return st.full_reach_keys > 0 && table.rows > 0 ? table.cols : max_blocks;
+}
+
+}  // namespace
+
+void StepStaging::reserve(int64_t tokens, int64_t table_rows, int64_t table_cols, bool pinned) {
+  index.wait_writable();
+  tables.wait_writable();
+  pinned_ = pinned;
+  index = HostBuffer(4 * index_elems_for(tokens), pinned);
+  tables = HostBuffer(4 * table_rows * table_cols, pinned);
+}
+
+void StepStaging::make_room(int64_t index_n, int64_t table_n) {
+  index.wait_writable();
+  tables.wait_writable();
+  if (index.bytes() < 4 * index_n) index = HostBuffer(4 * index_n, pinned_);
+  if (tables.bytes() < 4 * table_n) tables = HostBuffer(4 * table_n, pinned_);
+}
+
+void StepStaging::mark_uploaded() {
+  index.mark_read_by_stream();
+  tables.mark_read_by_stream();
+}
+
+void StepStaging::bind(StepStaging* staging) {
+  t_bound = staging;
+}
+
+StepStaging& StepStaging::current() {
+  if (t_bound) return *t_bound;
+  thread_local StepStaging own;
+  return own;
+}
+
 int64_t StepContext::index_elems(const ForwardBatch& b, int64_t local_rows) {
   return 4 * b.num_tokens() + local_rows + b.num_logit_rows();
 }
 
-StepContext::StepContext(const ForwardBatch& b, int64_t bs, const TableShape& table,
-                         int64_t first_row, int64_t local_rows, Allocator& a)
-    : block_size(bs), alloc(&a) {
+int64_t StepContext::stage(const ForwardBatch& b, int64_t bs, const TableShape& table,
+                           int64_t first_row, int64_t local_rows, StepStaging& st) {
   const int64_t N = b.num_tokens(), S = static_cast<int64_t>(b.seqs.size());
-  const int64_t max_blocks = max_blocks_of(b, bs), R = b.num_logit_rows();
-  // Fixed tables first: the step's first allocation sits at the workspace's start every step.
-  if (table.rows > 0) {
-    if (S > table.rows || max_blocks > table.cols)
-      raise<InternalError>("a step of {} sequences of up to {} blocks outgrows the block tables {}",
-                           S, max_blocks, Shape{table.rows, table.cols}.str());
-    block_tables = Tensor::empty({table.rows, table.cols}, DType::kI32, MemTag::kWorkspace, a);
-  } else {
-    block_tables = Tensor::empty({S, max_blocks}, DType::kI32, MemTag::kWorkspace, a);
-  }
-  // Host staging in the device buffers' layout: positions, slots, token_seq, index_row_len,
+  const int64_t max_blocks = max_blocks_of(b, bs);
+  if (table.rows > 0 && (S > table.rows || max_blocks > table.cols))
+    raise<InternalError>("a step of {} sequences of up to {} blocks outgrows the block tables {}",
+                         S, max_blocks, Shape{table.rows, table.cols}.str());
+  const int64_t cols = upload_cols(st, table, max_blocks);
+  st.make_room(index_elems(b, local_rows), S * cols);
+  // The index tables in the device buffer's layout: positions, slots, token_seq, index_row_len,
   // local ids, logit rows; the block tables apart (they grow with the context, not the batch).
-  std::vector<int32_t> host(index_elems(b, local_rows), 0);
-  std::vector<int32_t> tables(S * max_blocks, 0);
-  int32_t* pos = host.data();
+  int32_t* pos = st.index.data<int32_t>();
   int32_t* slot = pos + N;
   int32_t* seq_of = slot + N;
   int32_t* row_len = seq_of + N;
   int32_t* ids = row_len + N;
   int32_t* logit = ids + local_rows;
-  int64_t row = 0, r = 0;
+  int32_t* tables = st.tables.data<int32_t>();
+  int64_t max_keys = 0, row = 0, r = 0;
   for (int64_t s = 0; s < S; ++s) {
     const SequenceChunk& sc = b.seqs[s];
     const int64_t seq_start = row;
@@ -93,7 +130,8 @@ StepContext::StepContext(const ForwardBatch& b, int64_t bs, const TableShape& ta
     if (static_cast<int64_t>(sc.block_table.size()) < need_blocks)
       raise<InternalError>("sequence {} covers {} tokens with {} blocks of {}", s, total,
                            sc.block_table.size(), bs);
-    std::copy_n(sc.block_table.begin(), need_blocks, tables.begin() + s * max_blocks);
+    std::copy_n(sc.block_table.begin(), need_blocks, tables + s * cols);
+    std::fill(tables + s * cols + need_blocks, tables + (s + 1) * cols, 0);
     const int64_t prompt = sc.prompt_len > 0 ? sc.prompt_len : total;
     max_keys = std::max({max_keys, total, prompt});
     for (int64_t i = 0; i < sc.num_new; ++i, ++row) {
@@ -111,14 +149,31 @@ StepContext::StepContext(const ForwardBatch& b, int64_t bs, const TableShape& ta
   if (row != N) raise<InternalError>("batch lists {} tokens but its sequences cover {}", N, row);
   for (int64_t i = 0; i < local_rows; ++i)
     ids[i] = first_row + i < N ? b.token_ids[first_row + i] : -1;
+  // A graph step's launches are planned for the longest context served, whatever its own.
+  if (st.full_reach_keys > 0 && table.rows > 0) max_keys = std::max(max_keys, st.full_reach_keys);
+  return max_keys;
+}
 
-  Tensor buf =
-      Tensor::empty({static_cast<int64_t>(host.size())}, DType::kI32, MemTag::kActivation, a);
-  ops::copy(Tensor::wrap(host.data(), buf.shape(), DType::kI32), buf);
+StepContext::StepContext(const ForwardBatch& b, int64_t bs, const TableShape& table,
+                         int64_t first_row, int64_t local_rows, Allocator& a)
+    : block_size(bs), alloc(&a) {
+  const int64_t N = b.num_tokens(), S = static_cast<int64_t>(b.seqs.size());
+  const int64_t max_blocks = max_blocks_of(b, bs), R = b.num_logit_rows();
+  // Fixed tables first: the step's first allocation sits at the workspace's start every step.
+  block_tables = table.rows > 0
+                     ? Tensor::empty({table.rows, table.cols}, DType::kI32, MemTag::kWorkspace, a)
+                     : Tensor::empty({S, max_blocks}, DType::kI32, MemTag::kWorkspace, a);
+  StepStaging& st = StepStaging::current();
+  max_keys = stage(b, bs, table, first_row, local_rows, st);
+  const int64_t cols = upload_cols(st, table, max_blocks);
+
+  Tensor buf = Tensor::empty({index_elems(b, local_rows)}, DType::kI32, MemTag::kActivation, a);
+  ops::copy(Tensor::wrap(st.index.data<int32_t>(), buf.shape(), DType::kI32), buf);
   // Only the rows and columns in use are written (and read: each query row's sequence and its
   // keys' blocks).
-  Tensor in_use = block_tables.narrow(0, 0, S).narrow(1, 0, max_blocks);
-  ops::copy(Tensor::wrap(tables.data(), {S, max_blocks}, DType::kI32), in_use);
+  Tensor in_use = block_tables.narrow(0, 0, S).narrow(1, 0, cols);
+  ops::copy(Tensor::wrap(st.tables.data<int32_t>(), {S, cols}, DType::kI32), in_use);
+  st.mark_uploaded();
   int64_t off = 0;
   auto take = [&](int64_t n) {
     Tensor t = buf.narrow(0, off, n);

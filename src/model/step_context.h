@@ -1,13 +1,14 @@
 // Per-forward facts shared by every layer: token positions, cache slots, the paged-cache
 // addressing of every sequence, and the constants derived once from the config (RoPE tables,
-// scales, local sizes, the compute dtype). The per-step index tables are built on the host and
-// reach the device in two copies (the tables, and the block tables apart), queued before the
-// step's kernels, which never wait on the host.
+// scales, local sizes, the compute dtype). The per-step index tables are built on the host, in
+// the rank's reused host staging (StepStaging), and reach the device in two copies (the tables,
+// and the block tables apart), queued before the step's kernels, which never wait on the host.
 #pragma once
 
 #include <functional>
 #include <string_view>
 
+#include "core/host_buffer.h"
 #include "core/tensor.h"
 #include "io/model_config.h"
 #include "model/forward_batch.h"
@@ -40,6 +41,44 @@ using ForwardObserver = std::function<void(std::string_view name, const Tensor& 
 // The compute dtype of activations and cache on a device.
 DType activation_dtype(Device device);
 
+// A rank's host staging of its steps' index tables and block tables (core/host_buffer.h):
+// allocated once from the serving limits by the model runner (page-locked on a CUDA rank) and
+// bound to the rank's thread, so every step writes the same host memory and uploads it with one
+// asynchronous copy per table. A thread with none bound (tools, tests driving a Model directly)
+// uses a staging of its own that grows as its steps need.
+class StepStaging {
+ public:
+  // i32 elements of the index tables of steps of up to `tokens` tokens (StepContext::index_elems
+  // of any such step: positions, slots, sequences, row lengths, local ids, logit rows).
+  static int64_t index_elems_for(int64_t tokens) { return 6 * tokens; }
+  // Bytes staging steps of up to `tokens` tokens over block tables of [rows, cols].
+  static int64_t bytes_for(int64_t tokens, int64_t table_rows, int64_t table_cols) {
+    return 4 * (index_elems_for(tokens) + table_rows * table_cols);
+  }
+  // Sizes the buffers (page-locked when `pinned`), replacing the old ones.
+  void reserve(int64_t tokens, int64_t table_rows, int64_t table_cols, bool pinned);
+  // Room for a step of `index` and `table` i32 elements, once the device has read the last one:
+  // grows (keeping pinned-ness) only past what reserve sized.
+  void make_room(int64_t index, int64_t table);
+  int64_t bytes() const { return index.bytes() + tables.bytes(); }
+  // The step's copies are queued: the buffers may be rewritten once the device has read them.
+  void mark_uploaded();
+
+  HostBuffer index, tables;
+  // Graph steps (engine/decode_graphs.h), when > 0: the fixed block tables' rows in use go up
+  // whole and attention and the DSA indexer are planned for this many keys (the planned
+  // max_model_len), so that the step's launches depend on its batch size only, never on its
+  // contexts. Set by the runner around a captured or replayed step.
+  int64_t full_reach_keys = 0;
+
+  // The staging this thread's steps use.
+  static void bind(StepStaging* staging);
+  static StepStaging& current();
+
+ private:
+  bool pinned_ = false;
+};
+
 struct StepContext {
   int64_t block_size = 0;
   Allocator* alloc = nullptr;
@@ -69,9 +108,12 @@ struct StepContext {
             .block_size = block_size,
             .max_keys = max_keys};
   }
-  // i32 elements of the step's index buffer, block tables apart (the memory footprint mirrors
-  // it).
+  // i32 elements of the step's index buffer, block tables apart.
   static int64_t index_elems(const ForwardBatch& b, int64_t local_rows);
+  // Writes the step's index and block tables into `staging` (what the constructor uploads) and
+  // returns its max_keys; a replayed graph step (engine/decode_graphs.h) does only this.
+  static int64_t stage(const ForwardBatch& b, int64_t block_size, const TableShape& table,
+                       int64_t first_row, int64_t local_rows, StepStaging& staging);
 };
 
 }  // namespace mls

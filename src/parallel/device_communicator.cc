@@ -4,6 +4,7 @@
 
 #include "core/cuda_context.h"
 #include "core/error.h"
+#include "parallel/collective_scratch.h"
 #include "parallel/device_reduce_kernels.h"
 
 namespace mls {
@@ -49,11 +50,11 @@ class DeviceCommunicator final : public Communicator {
 
   void all_reduce(Tensor& x) override {
     const device_reduce::Elem t = elem("all_reduce", x.dtype());
-    if (size() == 1) return;
     const int64_t n = x.numel();
     // fp32 sums, held for this call only: meta mode traces the same bytes.
-    Tensor acc = Tensor::empty({n}, DType::kF32, MemTag::kComm, alloc_);
-    if (is_meta(x)) return;
+    Tensor acc = take_collective_scratch(alloc_, CommKind::kDevice, Collective::kAllReduce,
+                                         x.dtype(), n, size());
+    if (size() == 1 || is_meta(x)) return;
     check_local("all_reduce", x);
     publish(x);
     sum(t, 0, n, acc.raw(), device_reduce::Elem::kF32);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "parallel/collective_scratch.h"
 #include "parallel/rank_order_sum.h"
 
 namespace mls {
@@ -19,18 +20,19 @@ struct InProcessShared {
 
 class InProcessCommunicator final : public Communicator {
  public:
-  InProcessCommunicator(std::shared_ptr<InProcessShared> s, int rank, Allocator& alloc)
-      : s_(std::move(s)), rank_(rank), alloc_(alloc) {}
+  InProcessCommunicator(std::shared_ptr<InProcessShared> s, int rank, Allocator& alloc,
+                        CommKind traced)
+      : s_(std::move(s)), rank_(rank), alloc_(alloc), traced_(traced) {}
 
   int rank() const override { return rank_; }
   int size() const override { return s_->size; }
 
   void all_reduce(Tensor& x) override {
+    const int64_t n = x.numel();
+    Tensor acc = scratch(Collective::kAllReduce, x.dtype(), n);
     if (size() == 1 || is_meta(x)) return;
     check_float("all_reduce", x);
-    const int64_t n = x.numel();
     publish(x);
-    Tensor& acc = scratch(n);
     sum_ranks(x.dtype(), 0, n, acc.data<float>());
     s_->sync.arrive_and_wait();  // everyone has read every input: safe to overwrite ours
     convert_from_f32(acc.data<float>(), x.raw(), x.dtype(), n);
@@ -58,14 +60,14 @@ class InProcessCommunicator final : public Communicator {
     if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
         in.numel() != out.numel() * size())
       raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size(), out.str());
+    const int64_t n = out.numel();
+    Tensor acc = scratch(Collective::kReduceScatter, in.dtype(), n);
     if (is_meta(out)) return;
     if (size() == 1) {
       std::memcpy(out.raw(), in.raw(), in.nbytes());
       return;
     }
-    const int64_t n = out.numel();
     publish(in);
-    Tensor& acc = scratch(n);
     sum_ranks(in.dtype(), rank_ * n, n, acc.data<float>());
     convert_from_f32(acc.data<float>(), out.raw(), out.dtype(), n);
     s_->sync.arrive_and_wait();
@@ -110,29 +112,29 @@ class InProcessCommunicator final : public Communicator {
         n, acc);
   }
 
-  Tensor& scratch(int64_t n) {
-    if (!scratch_.defined() || scratch_.numel() < n)
-      scratch_ = Tensor::empty({n}, DType::kF32, MemTag::kComm, alloc_);
-    return scratch_;
+  // This call's fp32 sums (collective_scratch.h); a meta runner's group, which only traces,
+  // takes what the communicator it stands in for would.
+  Tensor scratch(Collective op, DType t, int64_t n) {
+    return take_collective_scratch(alloc_, traced_, op, t, n, size());
   }
 
   std::shared_ptr<InProcessShared> s_;
   int rank_;
   Allocator& alloc_;
-  Tensor scratch_;
+  CommKind traced_;
 };
 
 }  // namespace
 
 std::vector<std::unique_ptr<Communicator>> make_in_process_group(
-    int size, const std::vector<Allocator*>& allocators) {
+    int size, const std::vector<Allocator*>& allocators, CommKind traced) {
   if (size < 1) raise<InvalidArgument>("a communicator group needs at least one rank");
   auto shared = std::make_shared<InProcessShared>(size);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < size; ++r) {
     Allocator* a = r < static_cast<int>(allocators.size()) && allocators[r] ? allocators[r]
                                                                             : &default_allocator();
-    out.push_back(std::make_unique<InProcessCommunicator>(shared, r, *a));
+    out.push_back(std::make_unique<InProcessCommunicator>(shared, r, *a, traced));
   }
   return out;
 }

@@ -8,13 +8,16 @@
 #include <memory>
 #include <vector>
 
+#include "parallel/collective_scratch.h"
 #include "parallel/communicator.h"
 
 namespace mls {
 
 // One handle per rank; handle r must be used only by rank r's thread. `allocators[r]` (may be
-// empty: default allocator) receives rank r's scratch buffers, tagged comm.
+// empty: default allocator) receives rank r's scratch buffers, tagged comm. `traced`: the kind
+// of communicator this group stands in for in a meta runner (a GPU planned without one), whose
+// scratch its calls take in meta mode.
 std::vector<std::unique_ptr<Communicator>> make_in_process_group(
-    int size, const std::vector<Allocator*>& allocators = {});
+    int size, const std::vector<Allocator*>& allocators = {}, CommKind traced = CommKind::kHost);
 
 }  // namespace mls

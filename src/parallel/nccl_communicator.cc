@@ -5,6 +5,7 @@
 
 #include "core/cuda_context.h"
 #include "core/error.h"
+#include "parallel/collective_scratch.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/precision_cast_gpu.h"
 
@@ -53,13 +54,16 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce(Tensor& x) override {
-    if (size_ == 1 || meta(x)) return;
     const int64_t n = x.numel();
+    // fp32 sums of a bf16/f16 reduction, held for this call only: meta mode traces the same bytes.
+    Tensor scratch = take_collective_scratch(alloc_, CommKind::kNccl, Collective::kAllReduce,
+                                             x.dtype(), n, size_);
+    if (size_ == 1 || meta(x)) return;
     if (x.dtype() == DType::kF32) {
       check_nccl(ncclAllReduce(x.raw(), x.raw(), n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclAllReduce");
     } else {
-      float* acc = scratch(n);
+      float* acc = scratch.data<float>();
       widen(x, acc, n);
       check_nccl(ncclAllReduce(acc, acc, n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclAllReduce");
@@ -79,15 +83,17 @@ class NcclCommunicator final : public Communicator {
   }
 
   void reduce_scatter(const Tensor& in, Tensor& out) override {
-    if (meta(out)) return;
     if (in.numel() != out.numel() * size_ || in.dtype() != out.dtype())
       raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size_, out.str());
     const int64_t n = out.numel();
+    Tensor scratch = take_collective_scratch(alloc_, CommKind::kNccl, Collective::kReduceScatter,
+                                             in.dtype(), n, size_);
+    if (meta(out)) return;
     if (in.dtype() == DType::kF32) {
       check_nccl(ncclReduceScatter(in.raw(), out.raw(), n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclReduceScatter");
     } else {
-      float* acc = scratch(n * (size_ + 1));
+      float* acc = scratch.data<float>();
       widen(in, acc, n * size_);
       check_nccl(ncclReduceScatter(acc, acc + n * size_, n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclReduceScatter");
@@ -104,19 +110,14 @@ class NcclCommunicator final : public Communicator {
   }
 
   void barrier() override {
-    float* one = scratch(1);
-    check_nccl(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream()), "barrier");
+    Tensor one = Tensor::empty({1}, DType::kF32, MemTag::kComm, alloc_);
+    check_nccl(ncclAllReduce(one.raw(), one.raw(), 1, ncclFloat32, ncclSum, comm_, stream()),
+               "barrier");
     check_cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
   }
 
  private:
   static bool meta(const Tensor& t) { return t.raw() == nullptr && t.numel() > 0; }
-
-  float* scratch(int64_t n) {
-    if (!scratch_.defined() || scratch_.numel() < n)
-      scratch_ = Tensor::empty({n}, DType::kF32, MemTag::kComm, alloc_);
-    return scratch_.data<float>();
-  }
 
   void widen(const Tensor& x, float* out, int64_t n) {
     if (x.dtype() != DType::kBF16 && x.dtype() != DType::kF16)
@@ -143,7 +144,6 @@ class NcclCommunicator final : public Communicator {
   int rank_, size_, device_;
   Allocator& alloc_;
   cudaStream_t stream_ = nullptr;
-  Tensor scratch_;
 };
 
 }  // namespace

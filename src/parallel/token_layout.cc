@@ -56,7 +56,8 @@ Tensor reduce_scatter_padded(const Tensor& partial, const TokenLayout& layout, C
     ops::copy(partial, head);
   }
   Tensor out = Tensor::empty({layout.local_rows(), w}, partial.dtype(), MemTag::kActivation, alloc);
-  if (out.raw()) comm.reduce_scatter(padded, out);
+  // In meta mode too: the communicator traces its scratch (parallel/collective_scratch.h).
+  comm.reduce_scatter(padded, out);
   return out;
 }
 

@@ -42,7 +42,7 @@ struct BenchFlags {
   int warmup = 3;
   int iters = 3;
   bool synthetic_context = false;
-  bool enforce_eager = false;  // no CUDA graphs for decode
+  bool enforce_eager = RunnerOptions{}.enforce_eager;  // no CUDA graphs for decode
   bool json = false;
   // The roofline's peaks. 0: the device's own (H200 figures on a GPU; none on the CPU).
   double peak_bandwidth = 0;
@@ -596,8 +596,8 @@ void add_bench_command(CLI::App& app) {
                   "Roofline FLOP/s (default on a GPU: H200 dense 1979e12 for FP8 checkpoints, "
                   "else 989e12; none on the CPU)")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--enforce-eager", f->enforce_eager,
-                "Never capture CUDA graphs for decode (as serve --enforce-eager)");
+  cmd->add_flag("--enforce-eager,!--no-enforce-eager", f->enforce_eager,
+                "Never capture CUDA graphs for decode (as serve --enforce-eager; the default)");
   cmd->add_flag("--json", f->json, "One JSON object per batch size, one per line");
   cmd->callback([f] { run(*f); });
 }

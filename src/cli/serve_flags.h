@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "server/http_limits.h"
 
 namespace mls::cli {
@@ -40,7 +41,7 @@ struct ServeFlags {
   int64_t max_num_seqs = 256;
   int64_t block_size = 64;
   bool enable_prefix_caching = true;
-  bool enforce_eager = false;  // no CUDA graphs for decode
+  bool enforce_eager = RunnerOptions{}.enforce_eager;  // no CUDA graphs for decode
   std::optional<uint64_t> seed;
   // Chat and generation.
   std::string chat_template;

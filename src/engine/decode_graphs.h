@@ -12,6 +12,9 @@
 // bitwise what an eager step computes. A graph step's attention and DSA indexer are planned for
 // the planned max_model_len (StepStaging::full_reach_keys): the launches depend on the batch size
 // only; trailing key splits are empty and the combine skips them.
+//
+// A model whose decode waits on the host (bf16 routed experts read their counts there:
+// Model::decode_host_sync) stays eager, and says why at start-up.
 #pragma once
 
 #include <cstdint>

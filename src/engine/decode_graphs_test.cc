@@ -10,14 +10,13 @@
 #include "engine/memory_planner.h"
 #include "engine/model_runner.h"
 #include "model/kv_cache.h"
+#include "test_data.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
 #endif
 
 namespace mls {
 namespace {
-
-const std::string kData = MLASERVE_TEST_DATA;
 
 TEST(DecodeGraphs, BucketsAreVllmCaptureSizesUpToMaxNumSeqs) {
   EXPECT_EQ(decode_graph_buckets(1), (std::vector<int64_t>{1}));
@@ -70,6 +69,22 @@ TEST(DecodeGraphs, OnlyAGpuAtOneRankWithoutEnforceEagerCaptures) {
             std::string::npos);
 }
 
+// A model whose decode reads expert counts on the host (bf16 routed experts) cannot be captured:
+// its runner says so at construction and plans no graphs.
+TEST(DecodeGraphs, Bf16ExpertsKeepDecodeEager) {
+  ModelRunner runner({.model = kTestData.string() + "/tiny-glm5",
+                      .device = Device::cuda(0),
+                      .meta = true,
+                      .enforce_eager = false});
+  EXPECT_FALSE(runner.decode_graphs());
+  EXPECT_NE(runner.decode_graphs_off_reason().find("not block-FP8"), std::string::npos);
+  ModelRunner fp8({.model = kTestData.string() + "/tiny-glm5-fp8",
+                   .device = Device::cuda(0),
+                   .meta = true,
+                   .enforce_eager = false});
+  EXPECT_TRUE(fp8.decode_graphs());
+}
+
 // --enforce-eager and the bucket list are resolved once: the runner decides at construction, the
 // plan records the buckets (each profiled as a decode step) and counts the graphs' memory, and
 // the KV budget is what is left. A meta runner of the GPU kind needs no GPU.
@@ -80,7 +95,7 @@ TEST(DecodeGraphs, ThePlanRecordsTheBucketsAndCountsTheGraphs) {
       .device_bytes = int64_t{16} << 30, .utilization = 0.9, .kv_cache_memory_bytes = {}};
   MemoryPlan plans[2];
   for (const bool eager : {false, true}) {
-    ModelRunner runner({.model = kData + "/tiny-glm5",
+    ModelRunner runner({.model = kTestData.string() + "/tiny-glm5-fp8",
                         .device = Device::cuda(0),
                         .meta = true,
                         .enforce_eager = eager});
@@ -99,14 +114,15 @@ TEST(DecodeGraphs, ThePlanRecordsTheBucketsAndCountsTheGraphs) {
   EXPECT_EQ(graphs.ranks[0].step_workspace_bytes, eager.ranks[0].step_workspace_bytes);
   EXPECT_EQ(eager.ranks[0].kv_budget_bytes - graphs.ranks[0].kv_budget_bytes,
             kDecodeGraphAllowanceBytes);
-  const int64_t vocab = io::ModelConfig::load(kData + "/tiny-glm5").vocab_size;
+  const int64_t vocab = io::ModelConfig::load(kTestData.string() + "/tiny-glm5-fp8").vocab_size;
   EXPECT_EQ(graphs.ranks[0].host_buffer_bytes,
             StepStaging::bytes_for(256, 20, 32) + 4 * 256 * 2 + 4 * 20 * vocab);
   EXPECT_EQ(graphs.to_json()["graph_buckets"].size(), decode_graph_buckets(20).size());
 }
 
 // Greedy decode through replayed graphs equals eager decode bitwise (logits and ids), on every
-// fixture and the demo model, at batch sizes that are buckets and ones padded up to a bucket.
+// block-FP8 fixture (the models whose decode never waits on the host), at batch sizes that are
+// buckets and ones padded up to a bucket.
 // About 20 s on an H200.
 TEST(DecodeGraphs, GpuReplayEqualsEagerBitwise) {
 #ifdef MLASERVE_CUDA_RUNTIME
@@ -115,10 +131,8 @@ TEST(DecodeGraphs, GpuReplayEqualsEagerBitwise) {
   GTEST_SKIP() << "no CUDA device here";
 #endif
   std::vector<std::string> models;
-  for (const char* f :
-       {"tiny-dsv3", "tiny-dsv3-fp8", "tiny-dsv32", "tiny-dsv32-fp8", "tiny-glm5", "tiny-glm5-fp8"})
-    models.push_back(kData + "/" + f);
-  models.push_back(std::string(MLASERVE_SOURCE_DIR) + "/models/demo-glm5");
+  for (const char* f : {"tiny-dsv3-fp8", "tiny-dsv32-fp8", "tiny-glm5-fp8"})
+    models.push_back(kTestData.string() + "/" + f);
   const ServingLimits limits{
       .max_num_batched_tokens = 512, .max_num_seqs = 16, .max_model_len = 256, .block_size = 16};
   for (const std::string& model : models) {

@@ -49,14 +49,21 @@ std::vector<int32_t> cycled_table(int64_t len, int64_t block_size, int64_t cache
   return t;
 }
 
+// The fresh max-token step's prompt lengths: max_num_batched_tokens spread over as many
+// sequences as may run, each at most max_model_len (no real step holds more of one sequence).
+std::vector<int64_t> prefill_lengths(const ServingLimits& l) {
+  const int64_t seqs = std::min(l.max_num_seqs, l.max_num_batched_tokens);
+  const int64_t tokens = std::min(l.max_num_batched_tokens, seqs * l.max_model_len);
+  std::vector<int64_t> n(static_cast<size_t>(seqs));
+  for (int64_t s = 0; s < seqs; ++s) n[s] = tokens / seqs + (s < tokens % seqs ? 1 : 0);
+  return n;
+}
+
 }  // namespace
 
 int64_t prefill_blocks(const ServingLimits& l) {
-  const int64_t seqs = std::min(l.max_num_seqs, l.max_num_batched_tokens);
   int64_t blocks = 0;
-  for (int64_t s = 0; s < seqs; ++s)
-    blocks += ceil_div(l.max_num_batched_tokens / seqs + (s < l.max_num_batched_tokens % seqs),
-                       l.block_size);
+  for (const int64_t n : prefill_lengths(l)) blocks += ceil_div(n, l.block_size);
   return blocks;
 }
 
@@ -65,10 +72,9 @@ std::vector<ProfileStep> worst_case_steps(const ServingLimits& l, int64_t cache_
   const int64_t seqs = std::min(l.max_num_seqs, tokens);
   std::vector<ProfileStep> steps;
   ForwardBatch prefill;
-  prefill.token_ids.assign(tokens, 0);
   int32_t next = 0;
-  for (int64_t s = 0; s < seqs; ++s) {
-    const int64_t n = tokens / seqs + (s < tokens % seqs ? 1 : 0);
+  for (const int64_t n : prefill_lengths(l)) {
+    prefill.token_ids.resize(prefill.token_ids.size() + static_cast<size_t>(n), 0);
     prefill.seqs.push_back(
         {.num_new = n, .block_table = cycled_table(n, bs, cache_blocks, next), .prompt_len = n});
     next += static_cast<int32_t>(ceil_div(n, bs));

@@ -12,9 +12,9 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "ops/scratch_sizes.h"
+#include "test_data.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
-#include "test_data.h"
 #endif
 
 namespace mls {
@@ -22,6 +22,19 @@ namespace {
 
 PlanBudget roomy() {
   return {.device_bytes = int64_t{8} << 30, .utilization = 0.9, .kv_cache_memory_bytes = {}};
+}
+
+// One sequence may not exceed max_model_len, so with fewer sequences than it takes to fill
+// max_num_batched_tokens the fresh step is smaller (a bench at batch 1 and 4k context planned an
+// 8,192-token sequence and outgrew its block tables).
+TEST(MemoryPlanner, TheFreshStepKeepsEachSequenceWithinMaxModelLen) {
+  const ServingLimits l{
+      .max_num_batched_tokens = 10, .max_num_seqs = 2, .max_model_len = 3, .block_size = 2};
+  EXPECT_EQ(prefill_blocks(l), 2 + 2);
+  const ForwardBatch& prefill = worst_case_steps(l, prefill_blocks(l))[0].batch;
+  ASSERT_EQ(prefill.seqs.size(), 2u);
+  for (const SequenceChunk& sc : prefill.seqs) EXPECT_EQ(sc.num_new, 3);
+  EXPECT_EQ(prefill.num_tokens(), 6);
 }
 
 TEST(MemoryPlanner, WorstCaseStepsCoverTheLimits) {
@@ -333,7 +346,7 @@ TEST(MemoryPlanner, MetaOfAGpuTracesItsCommunicatorsScratch) {
   const PlanBudget budget{
       .device_bytes = int64_t{16} << 30, .utilization = 0.9, .kv_cache_memory_bytes = {}};
   const auto comm = [&](int rpd, bool sp) {
-    ModelRunner runner({.model = kData + "/tiny-glm5",
+    ModelRunner runner({.model = kTestData.string() + "/tiny-glm5",
                         .tensor_parallel_size = 2,
                         .sequence_parallel = sp,
                         .device = Device::cuda(0),

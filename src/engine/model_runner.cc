@@ -123,10 +123,6 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
         rpd);
   tp_size_ = tp;
   graphs_off_ = mls::decode_graphs_off_reason(opts.enforce_eager, opts.device, tp);
-  if (!opts.device.is_cpu())
-    MLS_LOG_INFO("CUDA graphs for decode: {}",
-                 graphs_off_.empty() ? std::string("on, captured once the memory plan is applied")
-                                     : "off: " + graphs_off_);
   const int local = tp / world.num_processes();
   first_rank_ = world.process() * local;
   // A process's GPUs follow those of the processes before it on its host.
@@ -212,6 +208,11 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     stop_workers();  // no destructor runs for a half-built runner
     throw;
   }
+  if (graphs_off_.empty()) graphs_off_ = ranks_[0]->model->decode_host_sync();
+  if (!opts.device.is_cpu())
+    MLS_LOG_INFO("CUDA graphs for decode: {}",
+                 graphs_off_.empty() ? std::string("on, captured once the memory plan is applied")
+                                     : "off: " + graphs_off_);
 }
 
 // Each process's load, on the leader's log.

@@ -47,7 +47,9 @@ struct RunnerOptions {
   bool meta = false;
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
   // Never capture CUDA graphs for decode (vLLM's --enforce-eager; engine/decode_graphs.h).
-  bool enforce_eager = false;
+  // Eager by default, unlike vLLM: on the H200 (2026-12-02) a replay padded to a larger bucket
+  // (13 rows as 16) was not bitwise equal to the eager step; --no-enforce-eager opts in.
+  bool enforce_eager = true;
   // Weight-loading progress of every rank (model/model_weights.h), e.g. a progress bar.
   WeightLoadProgress load_progress = nullptr;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/hash.h"
+
 namespace mls {
 namespace {
 

@@ -138,6 +138,16 @@ Tensor Model::forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, 
   return lm_head(rows);
 }
 
+std::string Model::decode_host_sync() const {
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
+    if (config_.is_moe(l) && !w_.layers[static_cast<size_t>(l)].expert_table.defined())
+      return fmt::format(
+          "layer {}'s routed experts are not block-FP8 on the GPU, and their path reads the "
+          "expert counts on the host",
+          l);
+  return "";
+}
+
 void Model::check_token_ids(const ForwardBatch& batch) const {
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= config_.vocab_size)

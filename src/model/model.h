@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "io/model_config.h"
@@ -51,6 +52,9 @@ class Model {
   Tensor forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, KvCache& kv,
                      Tensor& hidden, int64_t j = 0) const;
   int64_t num_mtp_layers() const { return static_cast<int64_t>(w_.mtp.size()); }
+  // Why a decode step of this model waits on the host ("" when it never does): what keeps it
+  // out of a CUDA graph.
+  std::string decode_host_sync() const;
 
  private:
   // InvalidArgument for an id outside the vocabulary (ids index the embedding).

@@ -32,9 +32,9 @@
 #include "engine/simple_generator.h"
 #include "golden.h"
 #include "io/safetensors.h"
+#include "test_data.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
-#include "test_data.h"
 #endif
 
 namespace mls {

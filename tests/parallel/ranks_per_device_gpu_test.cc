@@ -20,9 +20,9 @@
 #include "engine/simple_generator.h"
 #include "io/safetensors.h"
 #include "ops/copy.h"
+#include "test_data.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_allocator.h"
-#include "test_data.h"
 #endif
 
 namespace mls {

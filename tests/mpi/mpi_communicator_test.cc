@@ -79,7 +79,7 @@ TEST_P(MpiCollectives, BitwiseEqualToInProcess) {
   run(ref, [&, dtype = dtype](int r, Communicator& c) { want[r] = exercise(r, c, dtype); });
   Group mpi = make_mpi_group(local, {});
   std::vector<std::vector<std::vector<uint8_t>>> got(local);
-  run(mpi, [&, dtype = dtype](int l, Communicator& c) {
+  run(mpi, [&, dtype = dtype, local = local](int l, Communicator& c) {
     EXPECT_EQ(c.rank(), w.process() * local + l);
     EXPECT_EQ(c.size(), size);
     got[l] = exercise(c.rank(), c, dtype);

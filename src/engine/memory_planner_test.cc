@@ -31,7 +31,8 @@ TEST(MemoryPlanner, TheFreshStepKeepsEachSequenceWithinMaxModelLen) {
   const ServingLimits l{
       .max_num_batched_tokens = 10, .max_num_seqs = 2, .max_model_len = 3, .block_size = 2};
   EXPECT_EQ(prefill_blocks(l), 2 + 2);
-  const ForwardBatch& prefill = worst_case_steps(l, prefill_blocks(l))[0].batch;
+  const std::vector<ProfileStep> steps = worst_case_steps(l, prefill_blocks(l));
+  const ForwardBatch& prefill = steps[0].batch;
   ASSERT_EQ(prefill.seqs.size(), 2u);
   for (const SequenceChunk& sc : prefill.seqs) EXPECT_EQ(sc.num_new, 3);
   EXPECT_EQ(prefill.num_tokens(), 6);

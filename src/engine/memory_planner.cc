@@ -141,6 +141,9 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
   const bool traced_runner = runner.allocator(0).meta();  // a runner built with meta weights
   if (traced_runner && !meta) raise<InvalidArgument>("a meta runner can only profile in meta mode");
   runner.set_meta(meta);
+  // The profile is measured uncapped: a runner planned before (a bench's smaller batch) keeps
+  // its old plan's cap until apply_plan sets the new one.
+  runner.set_memory_limits(std::vector<int64_t>(tp, -1));
   // No step workspace while profiling: the arena places every step's allocations unbounded and
   // measures what the workspace must hold.
   runner.reserve_step_workspaces(std::vector<int64_t>(tp, 0));

@@ -158,6 +158,31 @@ TEST(MemoryPlanner, TheEngineRefusesLimitsThePlanWasNotMadeFor) {
   EXPECT_EQ(engine.config().limits, plan.limits);
 }
 
+// A runner is planned again for larger limits (bench runs each batch size on one loaded model):
+// the new profile is not capped by the old plan, and gives what a fresh runner's does.
+TEST(MemoryPlanner, ReplanningIsNotCappedByThePreviousPlan) {
+  const std::string model = kTestData.string() + "/tiny-glm5";
+  ModelRunner runner({.model = model});
+  // A cache of exactly the small limits' blocks, as a bench sizes it: no room to spare.
+  const int64_t per_token = KvCache::bytes_per_token(runner.config(), DType::kF32);
+  const PlanBudget budget{.device_bytes = int64_t{1} << 30,
+                          .utilization = 0.5,
+                          .kv_cache_memory_bytes = 64 * per_token};
+  const ServingLimits small{
+      .max_num_batched_tokens = 16, .max_num_seqs = 1, .max_model_len = 64, .block_size = 16};
+  const ServingLimits large{
+      .max_num_batched_tokens = 256, .max_num_seqs = 8, .max_model_len = 64, .block_size = 16};
+  apply_plan(runner, plan_memory(runner, small, budget, ProfileMode::kMeta));
+  const MemoryPlan again = plan_memory(runner, large, budget, ProfileMode::kMeta);
+  ModelRunner fresh({.model = model});
+  const MemoryPlan want = plan_memory(fresh, large, budget, ProfileMode::kMeta);
+  ASSERT_EQ(again.ranks.size(), want.ranks.size());
+  EXPECT_EQ(again.ranks[0].step_workspace_bytes, want.ranks[0].step_workspace_bytes);
+  EXPECT_EQ(again.num_blocks, want.num_blocks);
+  apply_plan(runner, again);
+  Engine engine(runner, {.limits = again.limits});
+}
+
 // GLM-5's attention and indexer widths, 2 layers (the first dense), 16 experts, 16k vocab.
 std::filesystem::path glm5_shaped_dir() {
   const auto dir = std::filesystem::temp_directory_path() / "mlaserve-glm5-shaped";

@@ -8,10 +8,11 @@
 // whose per-row parameters are launch arguments) and the copies back run after the replay.
 //
 // Padding rows repeat the step's last sequence (same token, position, slot and block table):
-// they write the same cache row with the same values, and batch invariance keeps the real rows
-// bitwise what an eager step computes. A graph step's attention and DSA indexer are planned for
-// the planned max_model_len (StepStaging::full_reach_keys): the launches depend on the batch size
-// only; trailing key splits are empty and the combine skips them.
+// they write the same cache row with the same values. An eager decode step with a memory plan
+// pads the same way (ModelRunner::step): the FP8 GEMMs choose their algorithm and K split by the
+// row count, so only equal row counts give the real rows equal bits. A graph step's attention and
+// DSA indexer are planned for the planned max_model_len (StepStaging::full_reach_keys): the
+// launches depend on the batch size only; trailing key splits are empty and the combine skips them.
 //
 // A model whose decode waits on the host (bf16 routed experts read their counts there:
 // Model::decode_host_sync) stays eager, and says why at start-up.

@@ -120,6 +120,35 @@ TEST(DecodeGraphs, ThePlanRecordsTheBucketsAndCountsTheGraphs) {
   EXPECT_EQ(graphs.to_json()["graph_buckets"].size(), decode_graph_buckets(20).size());
 }
 
+// With a memory plan on a GPU, an eager decode step runs padded to its graph bucket, so its
+// kernels see a replay's row counts: 3 sequences take what 4 take, 5 what 8 take; the CPU runs
+// them as they are. A meta runner of the GPU kind needs no GPU.
+TEST(DecodeGraphs, EagerDecodeStepsPadToTheirBucket) {
+  const ServingLimits limits{
+      .max_num_batched_tokens = 64, .max_num_seqs = 8, .max_model_len = 64, .block_size = 16};
+  const PlanBudget budget{
+      .device_bytes = int64_t{16} << 30, .utilization = 0.9, .kv_cache_memory_bytes = {}};
+  for (const Device device : {Device::cuda(0), Device::cpu()}) {
+    SCOPED_TRACE(device.str());
+    ModelRunner runner({.model = kTestData.string() + "/tiny-glm5-fp8",
+                        .device = device,
+                        .meta = true,
+                        .enforce_eager = true});
+    apply_plan(runner, plan_memory(runner, limits, budget, ProfileMode::kMeta));
+    const auto high_water = [&](const ForwardBatch& b) {
+      runner.reset_peaks();
+      const SampledRows got =
+          runner.forward_sample(b, std::vector<ops::RowSampling>(b.seqs.size()));
+      EXPECT_EQ(got.ids.size(), b.seqs.size());
+      return runner.allocator(0).stats().step_high_water;
+    };
+    const bool pads = !device.is_cpu();
+    EXPECT_EQ(high_water(decodes(3)) == high_water(decodes(4)), pads);
+    EXPECT_EQ(high_water(decodes(5)) == high_water(decodes(8)), pads);
+    EXPECT_NE(high_water(decodes(1)), high_water(decodes(2)));
+  }
+}
+
 // Greedy decode through replayed graphs equals eager decode bitwise (logits and ids), on every
 // block-FP8 fixture (the models whose decode never waits on the host), at batch sizes that are
 // buckets and ones padded up to a bucket.

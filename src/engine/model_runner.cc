@@ -485,7 +485,19 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
       raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config().vocab_size);
   if (const int64_t bucket = graph_bucket_for(captured_, batch); bucket > 0 && !observer)
     return replay(batch, bucket, finish);
-  broadcast(RunnerOp::kForward, {}, &batch, observer != nullptr);
+  // On a GPU with a memory plan, a plain decode step runs padded to its graph bucket also when
+  // it runs eagerly (--enforce-eager, a bucket not captured, an observer): the kernels then see
+  // the row counts a replay sees (cuBLASLt's and our FP8 GEMMs choose their algorithm and K
+  // split by the row count), so graphs on or off give each sequence the same bits.
+  ForwardBatch padded;
+  if (!device_.is_cpu() && planned_limits_)
+    if (const int64_t bucket =
+            graph_bucket_for(decode_graph_buckets(planned_limits_->max_num_seqs), batch);
+        bucket > static_cast<int64_t>(batch.seqs.size()))
+      padded = pad_decode_batch(batch, bucket);
+  const ForwardBatch& run = padded.seqs.empty() ? batch : padded;
+  const int64_t rows = batch.num_logit_rows();
+  broadcast(RunnerOp::kForward, {}, &run, observer != nullptr);
   run_on_all_ranks(
       [&](Rank& r) {
         // Everything the step allocates lives in the rank's step workspace and is gone when the
@@ -496,8 +508,11 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
           // is gathered from all ranks' shards, a collective every rank must join.
           const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
           Tensor logits =
-              r.model->forward(batch, r.kv, r.index == 0 || !observer ? observer : ignore);
-          if (r.index == 0) finish(r, logits);
+              r.model->forward(run, r.kv, r.index == 0 || !observer ? observer : ignore);
+          if (r.index == 0) {
+            Tensor own = logits.dim(0) == rows ? logits : logits.narrow(0, 0, rows);
+            finish(r, own);
+          }
         }
         scope.close();
       },

@@ -74,7 +74,7 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
   MLS_CHECK(h_mlp.dim(0) == N, "MLP input has {} rows for {} tokens", h_mlp.dim(0), N);
   Tensor mlp_out = Tensor::empty({N, H}, dt, act, a);
   if (c.is_moe(layer))
-    moe_forward(c, w, h_mlp, mlp_out, a);
+    moe_forward(c, w, h_mlp, mlp_out, a, step.observer, layer);
   else
     mlp_forward(w.dense, h_mlp, mlp_out, a);
   Tensor mlp_local = reduce_into_layout(mlp_out, par, layout, a);

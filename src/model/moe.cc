@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "model/mlp.h"
 #include "ops/copy.h"
 #include "ops/linear.h"
@@ -11,13 +13,14 @@
 namespace mls {
 
 void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& x, Tensor& out,
-                 Allocator& alloc) {
+                 Allocator& alloc, const ForwardObserver& observer, int64_t layer) {
   const auto act = MemTag::kActivation;
   const DType dt = x.dtype();
   const int64_t T = x.dim(0), H = c.hidden_size, E = c.n_routed_experts;
   const int64_t K = c.num_experts_per_tok;
   Tensor logits = Tensor::empty({T, E}, DType::kF32, act, alloc);
   ops::linear(x, w.router, logits);
+  if (observer) observer(fmt::format("layer.{}.router_logits", layer), logits);
   Tensor ids = Tensor::empty({T, K}, DType::kI32, act, alloc);
   Tensor weights = Tensor::empty({T, K}, DType::kF32, act, alloc);
   ops::RoutingArgs ra{static_cast<int>(c.n_group), static_cast<int>(c.topk_group),

@@ -3,11 +3,14 @@
 #pragma once
 
 #include "model/model_weights.h"
+#include "model/step_context.h"
 
 namespace mls {
 
-// out [T, H] = MoE(x [T, H]) (a partial sum under tensor parallelism).
+// out [T, H] = MoE(x [T, H]) (a partial sum under tensor parallelism). An observer sees the
+// router's logits (f32 [T, E]) as "layer.{layer}.router_logits": tests explain a routing
+// choice with them.
 void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& x, Tensor& out,
-                 Allocator& alloc);
+                 Allocator& alloc, const ForwardObserver& observer = nullptr, int64_t layer = -1);
 
 }  // namespace mls

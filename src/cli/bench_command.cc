@@ -597,7 +597,7 @@ void add_bench_command(CLI::App& app) {
                   "else 989e12; none on the CPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--enforce-eager,!--no-enforce-eager", f->enforce_eager,
-                "Never capture CUDA graphs for decode (as serve --enforce-eager; the default)");
+                "Never capture CUDA graphs for decode (as serve --enforce-eager)");
   cmd->add_flag("--json", f->json, "One JSON object per batch size, one per line");
   cmd->callback([f] { run(*f); });
 }

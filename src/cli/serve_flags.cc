@@ -345,9 +345,8 @@ std::vector<FlagSpec> build_table() {
        "scheduler to overlap",
        no_value_check},
       {"--enforce-eager", "", kSwitch, kImplemented, "",
-       "Never capture CUDA graphs. On by default here, unlike vLLM: padded graph replays are not "
-       "yet bitwise equal to eager steps; --no-enforce-eager captures one graph per batch-size "
-       "bucket on a GPU at tensor-parallel size 1",
+       "Never capture CUDA graphs for decode. Without it a GPU at tensor-parallel size 1 "
+       "captures one graph per batch-size bucket; replays give the eager steps' bits",
        "", [](ServeFlags& f, const std::string& v) { return set_bool(f.enforce_eager, v); }},
       {"--compilation-config", "-O", kJson, kNoEffect, "JSON", "torch.compile and CUDA-graph "
        "settings",

@@ -172,7 +172,7 @@ TEST(ServeFlags, NegationsAliasesAndForms) {
 
 // --enforce-eager is implemented (no CUDA graphs for decode), parsed once into the flags.
 TEST(ServeFlags, EnforceEagerIsImplemented) {
-  EXPECT_TRUE(parse({"m"}).flags.enforce_eager);  // the default until padded replays are exact
+  EXPECT_FALSE(parse({"m"}).flags.enforce_eager);  // graphs by default, as in vLLM
   const ParsedServe on = parse({"m", "--enforce-eager"});
   EXPECT_TRUE(on.errors.empty()) << joined(on.errors);
   EXPECT_TRUE(on.flags.enforce_eager);

@@ -46,10 +46,10 @@ struct RunnerOptions {
   // CUDA runtime is needed: the ranks hold sizes only (planning a GPU from a laptop).
   bool meta = false;
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
-  // Never capture CUDA graphs for decode (vLLM's --enforce-eager; engine/decode_graphs.h).
-  // Eager by default, unlike vLLM: on the H200 (2026-12-02) a replay padded to a larger bucket
-  // (13 rows as 16) was not bitwise equal to the eager step; --no-enforce-eager opts in.
-  bool enforce_eager = true;
+  // Never capture CUDA graphs for decode (vLLM's --enforce-eager; engine/decode_graphs.h). Off
+  // by default, as in vLLM: replays are bitwise equal to eager steps (eager decode steps pad to
+  // the same buckets), so graphs change no output.
+  bool enforce_eager = false;
   // Weight-loading progress of every rank (model/model_weights.h), e.g. a progress bar.
   WeightLoadProgress load_progress = nullptr;
 };

@@ -122,7 +122,8 @@ void Sampler::fill_logprobs(const float* logits, int32_t token, int k, Logprobs&
   out.rank = 1 + std::count_if(scratch_.begin(), scratch_.end(), [&](float x) { return x > lp; });
   order_.resize(vocab_);
   for (int64_t i = 0; i < vocab_; ++i) order_[i] = static_cast<int32_t>(i);
-  const auto n = std::min<int64_t>(k, vocab_);
+  // k = -1 (no top list asked for) still reports the sampled token's own logprob.
+  const auto n = std::clamp<int64_t>(k, 0, vocab_);
   std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), [&](int32_t a, int32_t b) {
     return scratch_[a] > scratch_[b] || (scratch_[a] == scratch_[b] && a < b);
   });

@@ -9,6 +9,9 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const BIN = process.env.MLASERVE_BIN ?? path.resolve(here, '../../build/mlaserve');
 export const MODEL = process.env.MLASERVE_MODEL ?? path.resolve(here, '../../models/tiny-glm5-chat');
 export const MODEL_NAME = 'tiny-glm5-chat';
+// How many times slower than an optimised build the server under test runs (a sanitized one):
+// time bounds scale by it.
+export const SLOWDOWN = Number(process.env.MLASERVE_TEST_SLOWDOWN ?? 1);
 export const MAX_MODEL_LEN = 1024;
 
 function freePort() {

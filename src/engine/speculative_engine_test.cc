@@ -1,0 +1,335 @@
+// Speculative decoding with the MTP layer in the serving engine (docs/speculative-decoding.md):
+// on the tiny fixtures with a random MTP layer (model/mtp_test_checkpoint.h) and the demo model,
+// greedy output with k = 1..4 equals plain decoding token for token for batches of concurrent
+// requests of different lengths, with chunked prefill, preemption and prefix caching; drafts
+// forced right or wrong exercise every acceptance length; a seed repeats its sampled output.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "io/test_dir.h"
+#include "model/mtp_test_checkpoint.h"
+#include "test_data.h"
+
+namespace mls {
+namespace {
+
+// A fixture copy with a random MTP layer, and a runner over it with the layer loaded.
+struct MtpModel {
+  io::testing::TestDir dir;
+  std::unique_ptr<ModelRunner> runner;
+
+  explicit MtpModel(const std::filesystem::path& fixture) {
+    testing::write_mtp_checkpoint(fixture, dir.path(), 11);
+    runner = std::make_unique<ModelRunner>(RunnerOptions{.model = dir.path(), .mtp = true});
+  }
+};
+
+MtpModel& mtp_model(const std::string& fixture) {
+  static std::map<std::string, std::unique_ptr<MtpModel>> models;
+  auto& m = models[fixture];
+  if (!m) m = std::make_unique<MtpModel>(kTestData / fixture);
+  return *m;
+}
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+struct Pool {
+  int64_t block_size = 16;
+  int64_t num_blocks = 512;
+};
+
+struct Outcome {
+  std::vector<std::vector<int32_t>> tokens;  // per request (one sample each)
+  EngineStats stats;
+};
+
+// Runs the jobs as one batch (all added before the first step) with k speculative tokens.
+Outcome run(ModelRunner& r, const std::vector<Job>& jobs, int64_t k, const Pool& pool = {},
+            EngineConfig cfg = {}, const Engine::RequestDraftOverride& forced = nullptr) {
+  r.allocate_kv_cache(pool.num_blocks, pool.block_size);
+  cfg.limits.num_speculative_tokens = k;
+  Engine engine(r, cfg);
+  if (forced) engine.set_draft_override(forced);
+  Outcome out;
+  out.tokens.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i)
+    engine.add_request({.id = std::to_string(i),
+                        .prompt_ids = jobs[i].prompt,
+                        .params = jobs[i].params,
+                        .on_token =
+                            [&out, i](const TokenEvent& ev) {
+                              if (ev.token_id >= 0) out.tokens[i].push_back(ev.token_id);
+                              return Verdict::kContinue;
+                            },
+                        .constraint = nullptr});
+  while (engine.step()) {
+  }
+  out.stats = engine.stats();
+  return out;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
+  std::uniform_int_distribution<int32_t> id(2, 1023);
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = id(rng);
+  return p;
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Ten requests, prompts of 1..150 tokens, outputs of 4..30.
+std::vector<Job> mixed_jobs(uint32_t seed = 1234) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> len(2, 150), out(4, 30);
+  std::vector<Job> jobs;
+  while (jobs.size() < 10) {
+    const int l = jobs.empty() ? 1 : jobs.size() == 1 ? 150 : len(rng);
+    jobs.push_back({random_prompt(rng, l), greedy(out(rng))});
+  }
+  return jobs;
+}
+
+// Drafts equal to plain greedy's next token (from `want`), except at positions where
+// position % wrong_every == 0 (0: never), which get a wrong one.
+Engine::RequestDraftOverride forced_drafts(const std::vector<Job>& jobs,
+                                           const std::vector<std::vector<int32_t>>& want,
+                                           int64_t wrong_every) {
+  return [&jobs, &want, wrong_every](const std::string& id, int64_t position, int32_t drafted) {
+    const auto i = static_cast<size_t>(std::stoi(id));
+    const int64_t out = position - static_cast<int64_t>(jobs[i].prompt.size());
+    const int32_t right =
+        out < static_cast<int64_t>(want[i].size()) ? want[i][static_cast<size_t>(out)] : drafted;
+    if (wrong_every > 0 && position % wrong_every == 0) return right == 5 ? 6 : 5;
+    return right;
+  };
+}
+
+const char* const kFixtures[] = {"tiny-glm5", "tiny-dsv32", "tiny-dsv3"};
+
+TEST(SpeculativeEngine, GreedyEqualsPlainForEveryKOnEveryFamily) {
+  for (const char* fixture : kFixtures) {
+    SCOPED_TRACE(fixture);
+    ModelRunner& r = *mtp_model(fixture).runner;
+    const auto jobs = mixed_jobs();
+    const Outcome plain = run(r, jobs, 0);
+    EXPECT_EQ(plain.stats.spec.num_drafts, 0);
+    for (int64_t k = 1; k <= 4; ++k) {
+      SCOPED_TRACE(k);
+      const auto t0 = std::chrono::steady_clock::now();
+      const Outcome spec = run(r, jobs, k);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_EQ(spec.tokens, plain.tokens);
+      EXPECT_GT(spec.stats.spec.num_drafts, 0);
+      EXPECT_EQ(spec.stats.generation_tokens, plain.stats.generation_tokens);
+      std::printf("%s k=%lld: %lld rounds, %lld drafts, %lld accepted (%.2f s)\n", fixture,
+                  static_cast<long long>(k), static_cast<long long>(spec.stats.spec.num_drafts),
+                  static_cast<long long>(spec.stats.spec.num_draft_tokens),
+                  static_cast<long long>(spec.stats.spec.num_accepted_tokens), s);
+    }
+  }
+}
+
+// Drafts forced right are all accepted (a round emits k + 1 tokens); right except at every
+// third position, every acceptance length occurs; the output is plain greedy's either way.
+TEST(SpeculativeEngine, ForcedDraftsAreAcceptedUpToTheFirstWrongOne) {
+  ModelRunner& r = *mtp_model("tiny-glm5").runner;
+  const auto jobs = mixed_jobs(77);
+  const Outcome plain = run(r, jobs, 0);
+  for (int64_t k : {1, 3, 4}) {
+    SCOPED_TRACE(k);
+    const Outcome right = run(r, jobs, k, {}, {}, forced_drafts(jobs, plain.tokens, 0));
+    EXPECT_EQ(right.tokens, plain.tokens);
+    EXPECT_EQ(right.stats.spec.num_accepted_tokens, right.stats.spec.num_draft_tokens);
+    EXPECT_GT(right.stats.spec.accepted_per_position[static_cast<size_t>(k - 1)], 0);
+    const Outcome mixed = run(r, jobs, k, {}, {}, forced_drafts(jobs, plain.tokens, 3));
+    EXPECT_EQ(mixed.tokens, plain.tokens);
+    EXPECT_LT(mixed.stats.spec.num_accepted_tokens, mixed.stats.spec.num_draft_tokens);
+    EXPECT_GT(mixed.stats.spec.num_accepted_tokens, 0);
+  }
+}
+
+// Chunked prefill (budgets of 7 and 48 tokens, drafts included), preemption (a pool of 15
+// blocks of 16 holds any one request but not the batch) and block sizes of 1 and 64, with
+// drafts mostly right so that rounds carry several tokens.
+TEST(SpeculativeEngine, ChunkingPreemptionAndBlockSizesKeepGreedyExact) {
+  for (const char* fixture : {"tiny-glm5", "tiny-dsv3"}) {
+    SCOPED_TRACE(fixture);
+    ModelRunner& r = *mtp_model(fixture).runner;
+    const auto jobs = mixed_jobs(5);
+    const Outcome plain = run(r, jobs, 0);
+    const auto forced = forced_drafts(jobs, plain.tokens, 4);
+    for (int64_t budget : {7, 48}) {
+      EngineConfig cfg;
+      cfg.limits.max_num_batched_tokens = budget;
+      EXPECT_EQ(run(r, jobs, 3, {}, cfg, forced).tokens, plain.tokens) << "budget " << budget;
+      EXPECT_EQ(run(r, jobs, 2, {}, cfg).tokens, plain.tokens) << "budget " << budget;
+    }
+    for (int64_t bs : {1, 64})
+      EXPECT_EQ(run(r, jobs, 4, {bs, 6000 / bs}, {}, forced).tokens, plain.tokens) << "bs " << bs;
+    EngineConfig cfg;
+    cfg.limits.max_num_batched_tokens = 64;
+    const Outcome preempted = run(r, jobs, 3, {16, 15}, cfg, forced);
+    EXPECT_EQ(preempted.tokens, plain.tokens);
+    EXPECT_GT(preempted.stats.num_preemptions, 0);
+  }
+}
+
+// Requests sharing prefixes, one after another: later ones take cached blocks (only committed
+// tokens' blocks are published) and still decode exactly.
+TEST(SpeculativeEngine, PrefixCachingKeepsGreedyExact) {
+  ModelRunner& r = *mtp_model("tiny-dsv32").runner;
+  std::mt19937 rng(3);
+  const auto shared = random_prompt(rng, 70);
+  std::vector<Job> jobs;
+  for (int i = 0; i < 8; ++i) {
+    auto p = shared;
+    const auto tail = random_prompt(rng, 3 + 11 * i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    jobs.push_back({p, greedy(12 + i)});
+  }
+  EngineConfig no_cache;
+  no_cache.enable_prefix_caching = false;
+  const Outcome plain = run(r, jobs, 0, {}, no_cache);
+  const auto forced = forced_drafts(jobs, plain.tokens, 5);
+  // One at a time through one engine, so that each finds the earlier ones' blocks.
+  for (int64_t k : {1, 3}) {
+    r.allocate_kv_cache(512, 16);
+    EngineConfig cfg;
+    cfg.limits.num_speculative_tokens = k;
+    Engine engine(r, cfg);
+    engine.set_draft_override(forced);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      std::vector<int32_t> got;
+      engine.add_request({.id = std::to_string(i),
+                          .prompt_ids = jobs[i].prompt,
+                          .params = jobs[i].params,
+                          .on_token =
+                              [&got](const TokenEvent& ev) {
+                                if (ev.token_id >= 0) got.push_back(ev.token_id);
+                                return Verdict::kContinue;
+                              },
+                          .constraint = nullptr});
+      while (engine.step()) {
+      }
+      EXPECT_EQ(got, plain.tokens[i]) << "request " << i << ", k " << k;
+    }
+    EXPECT_GE(engine.stats().prefix_cache_hits, 7 * 64);
+  }
+}
+
+// Sampled output (temperature 1, seeded): a seed repeats its output with MTP on, whatever the
+// batch around it; top_k 1 is greedy.
+TEST(SpeculativeEngine, ASeedRepeatsItsSampledOutput) {
+  ModelRunner& r = *mtp_model("tiny-glm5").runner;
+  auto jobs = mixed_jobs(9);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].params.temperature = 1.0;
+    jobs[i].params.seed = 100 + i;
+  }
+  const Outcome a = run(r, jobs, 3);
+  EXPECT_EQ(run(r, jobs, 3).tokens, a.tokens);
+  EXPECT_GT(a.stats.spec.num_drafts, 0);
+  // Alone, and in a chunked batch: the same tokens.
+  EXPECT_EQ(run(r, {jobs[3]}, 3).tokens[0], a.tokens[3]);
+  EngineConfig chunked;
+  chunked.limits.max_num_batched_tokens = 40;
+  EXPECT_EQ(run(r, jobs, 3, {}, chunked).tokens, a.tokens);
+
+  auto top1 = mixed_jobs(9);
+  const Outcome plain = run(r, top1, 0);
+  for (Job& j : top1) {
+    j.params.temperature = 1.0;
+    j.params.top_k = 1;
+    j.params.seed = 5;
+  }
+  EXPECT_EQ(run(r, top1, 2).tokens, plain.tokens);
+}
+
+// Requests that cannot draft (n > 1, logprobs, prompt logprobs) decode plainly in the same
+// steps as drafting ones, with their own outputs unchanged.
+TEST(SpeculativeEngine, RequestsThatCannotDraftDecodePlainlyBesideDraftingOnes) {
+  ModelRunner& r = *mtp_model("tiny-dsv3").runner;
+  auto jobs = mixed_jobs(21);
+  jobs[1].params.logprobs = 2;
+  jobs[2].params.prompt_logprobs = 1;
+  jobs[3].params.n = 2;
+  jobs[3].params.temperature = 0.8;
+  jobs[3].params.seed = 4;
+  const Outcome plain = run(r, jobs, 0);
+  const Outcome spec = run(r, jobs, 2);
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_GT(spec.stats.spec.num_drafts, 0);
+}
+
+// Stops inside an accepted round end the output there: stop ids, max_tokens and an owner's
+// kStop verdict, as plain decoding ends it.
+TEST(SpeculativeEngine, StopsInsideARoundEndTheOutputThere) {
+  ModelRunner& r = *mtp_model("tiny-glm5").runner;
+  auto jobs = mixed_jobs(31);
+  const Outcome plain = run(r, jobs, 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto& t = plain.tokens[i];
+    if (t.size() > 3) jobs[i].params.stop_token_ids = {t[t.size() / 2]};
+  }
+  const Outcome stopped_plain = run(r, jobs, 0);
+  const Outcome stopped = run(r, jobs, 4, {}, {}, forced_drafts(jobs, plain.tokens, 0));
+  EXPECT_EQ(stopped.tokens, stopped_plain.tokens);
+  EXPECT_LT(stopped.stats.generation_tokens, plain.stats.generation_tokens);
+}
+
+// The engine refuses speculative limits on a runner without the MTP layer.
+TEST(SpeculativeEngine, NeedsTheMtpLayer) {
+  ModelRunner r(RunnerOptions{.model = kTestData / "tiny-dsv3"});
+  r.allocate_kv_cache(16, 16);
+  EngineConfig cfg;
+  cfg.limits.num_speculative_tokens = 2;
+  EXPECT_THROW(Engine(r, cfg), InvalidArgument);
+}
+
+// The demo model with a random MTP layer: the first 100 held-out samples (chat prompts, tool
+// calls among them) decode through the engine with MTP on exactly as with it off.
+TEST(SpeculativeEngine, DemoModelHeldOutSamplesAreExact) {
+  const std::filesystem::path demo =
+      std::filesystem::path(MLASERVE_SOURCE_DIR) / "models/demo-glm5";
+  MtpModel m(demo);
+  const auto golden = nlohmann::json::parse(std::ifstream(demo / "golden.json"));
+  std::vector<Job> jobs;
+  for (const auto& s : golden["heldout_eval"]) {
+    SamplingParams p = greedy(static_cast<int64_t>(s["target_ids"].size()) + 8);
+    p.ignore_eos = false;
+    jobs.push_back({s["prompt_ids"].get<std::vector<int32_t>>(), p});
+  }
+  ASSERT_EQ(jobs.size(), 100u);
+  EngineConfig cfg;
+  cfg.limits.max_num_seqs = 32;
+  const Outcome plain = run(*m.runner, jobs, 0, {16, 4096}, cfg);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome spec = run(*m.runner, jobs, 2, {16, 4096}, cfg);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  std::printf("demo-glm5, random MTP layer, k=2: 100 held-out samples in %.2f s, acceptance %.3f\n",
+              s, spec.stats.spec.acceptance_rate());
+}
+
+}  // namespace
+}  // namespace mls

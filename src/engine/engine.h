@@ -57,7 +57,7 @@ struct EngineStats {
   int64_t finished_requests = 0;     // request_success_total (any finish reason)
   // Speculative decoding (limits.num_speculative_tokens > 0), summed over every sequence;
   // k = 0 positions when off.
-  SpeculativeStats spec;
+  SpeculativeStats spec = SpeculativeStats(0);
 };
 
 struct RequestState;

@@ -5,6 +5,7 @@
 // forced right or wrong exercise every acceptance length; a seed repeats its sampled output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +18,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/memory_planner.h"
 #include "io/test_dir.h"
 #include "model/mtp_test_checkpoint.h"
 #include "test_data.h"
@@ -304,6 +306,69 @@ TEST(SpeculativeEngine, NeedsTheMtpLayer) {
   EngineConfig cfg;
   cfg.limits.num_speculative_tokens = 2;
   EXPECT_THROW(Engine(r, cfg), InvalidArgument);
+}
+
+// The memory plan of a speculative server counts the MTP layer's KV and carry and profiles the
+// verify and MTP steps (meta equals real); serving under it, with a pool small enough to
+// preempt, never passes the profiled workspace; an engine with another k is refused.
+TEST(SpeculativeEngine, PlannedServingStaysInsideThePlan) {
+  ModelRunner& runner = *mtp_model("tiny-glm5").runner;
+  const io::ModelConfig& c = runner.config();
+  const ServingLimits limits{.max_num_batched_tokens = 128,
+                             .max_num_seqs = 8,
+                             .max_model_len = 256,
+                             .block_size = 16,
+                             .num_speculative_tokens = 3};
+  const int64_t per_token = KvCache::bytes_per_token(c, DType::kF32, /*mtp=*/true);
+  EXPECT_GT(per_token, KvCache::bytes_per_token(c, DType::kF32));
+  const PlanBudget budget{.device_bytes = int64_t{1} << 30,
+                          .utilization = 0.9,
+                          .kv_cache_memory_bytes = per_token * 16 * 24};
+  const MemoryPlan meta = plan_memory(runner, limits, budget, ProfileMode::kMeta);
+  const MemoryPlan plan = plan_memory(runner, limits, budget, ProfileMode::kReal);
+  EXPECT_EQ(meta.ranks[0].step_workspace_bytes, plan.ranks[0].step_workspace_bytes);
+  EXPECT_EQ(plan.ranks[0].kv_bytes_per_token, per_token);
+  EXPECT_EQ(plan.ranks[0].mtp_carry_bytes, 128 * c.hidden_size * 4);
+  EXPECT_EQ(plan.num_blocks, 24);
+  ServingLimits plain_limits = limits;
+  plain_limits.num_speculative_tokens = 0;
+  const MemoryPlan plain = plan_memory(runner, plain_limits, budget, ProfileMode::kMeta);
+  EXPECT_GT(plan.ranks[0].step_workspace_bytes, plain.ranks[0].step_workspace_bytes);
+  EXPECT_EQ(plain.ranks[0].mtp_carry_bytes, plan.ranks[0].mtp_carry_bytes);
+
+  apply_plan(runner, plan);  // from here an allocation past the plan throws
+  EXPECT_THROW(Engine(runner, {.limits = plain_limits}), InvalidArgument);
+  Engine engine(runner, {.limits = plan.limits});
+  std::mt19937 g(7);
+  int failed = 0;
+  for (int i = 0; i < 24; ++i) {
+    Request r;
+    r.id = std::to_string(i);
+    const int len = i % 3 == 0 ? 200 : 1 + static_cast<int>(g() % 60);
+    for (int j = 0; j < len; ++j) r.prompt_ids.push_back(2 + static_cast<int32_t>(g() % 1000));
+    r.params.max_tokens = std::min(256 - len, 48);
+    r.params.ignore_eos = true;
+    r.on_token = [&failed](const TokenEvent& ev) {
+      failed += ev.error != nullptr;
+      return Verdict::kContinue;
+    };
+    engine.add_request(std::move(r));
+  }
+  runner.allocator(0).reset_peaks();
+  const int64_t between_steps = runner.allocator(0).stats().current_total;
+  while (engine.step()) {
+  }
+  const RankPlan& p = plan.ranks[0];
+  EXPECT_LE(runner.allocator(0).stats().step_high_water, p.step_workspace_bytes);
+  EXPECT_LE(runner.allocator(0).stats().peak_total - between_steps,
+            p.step_workspace_bytes + p.step_comm_bytes);
+  EXPECT_GT(engine.stats().num_preemptions, 0) << "the pool should have been exhausted";
+  EXPECT_GT(engine.stats().spec.num_drafts, 0);
+  EXPECT_EQ(engine.stats().finished_requests, 24);
+  EXPECT_EQ(failed, 0);
+  // The runner serves the other tests unplanned again.
+  runner.set_memory_limits({-1});
+  runner.reserve_step_workspaces({0});
 }
 
 // The demo model with a random MTP layer: the first 100 held-out samples (chat prompts, tool

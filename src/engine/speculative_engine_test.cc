@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/chi_square_test_util.h"
 #include "engine/engine.h"
 #include "engine/memory_planner.h"
 #include "io/test_dir.h"
@@ -265,6 +266,74 @@ TEST(SpeculativeEngine, ASeedRepeatsItsSampledOutput) {
     j.params.seed = 5;
   }
   EXPECT_EQ(run(r, top1, 2).tokens, plain.tokens);
+}
+
+// The target's distribution of the token after `tokens` (the prompt's first `prompt_len`).
+std::vector<double> target_probs(ModelRunner& runner, const std::vector<int32_t>& tokens,
+                                 size_t prompt_len, const SamplingParams& p) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  runner.allocate_kv_cache(1, n);
+  ForwardBatch batch;
+  batch.token_ids = tokens;
+  batch.seqs.push_back({.num_cached = 0,
+                        .num_new = n,
+                        .block_table = {0},
+                        .prompt_len = static_cast<int64_t>(prompt_len)});
+  const Tensor logits = runner.forward(batch);
+  const int64_t vocab = runner.config().vocab_size;
+  Sampler sampler(vocab);
+  SampleInput in;
+  in.params = &p;
+  in.prompt = std::span(tokens).first(prompt_len);
+  in.output = std::span(tokens).subspan(prompt_len);
+  std::vector<double> probs(static_cast<size_t>(vocab));
+  sampler.distribution(logits.data<float>(), in, probs);
+  return probs;
+}
+
+// Sampled output through the engine follows the target: 400 seeded requests (temperature 1,
+// top_k 3, k = 2) in one batch, odd seeds drafting with the MTP layer and even ones forced to
+// the target's greedy second token (accepted with its probability), fit the target's joint
+// distribution of the first two tokens: chi-square p-value > 1e-4, drafts both accepted and
+// rejected.
+TEST(SpeculativeEngine, SampledOutputFollowsTheTarget) {
+  ModelRunner& r = *mtp_model("tiny-glm5").runner;
+  const std::vector<int32_t> prompt = {1, 17, 300, 45, 999, 2, 64, 128, 7, 511, 33};
+  const std::vector<int32_t> greedy_out = run(r, {{prompt, greedy(2)}}, 0).tokens[0];
+  SamplingParams p;
+  p.top_k = 3;
+  p.max_tokens = 3;  // the second token is drafted (none is past the last)
+  p.ignore_eos = true;
+  std::vector<Job> jobs;
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    p.seed = seed;
+    jobs.push_back({prompt, p});
+  }
+  const auto second = static_cast<int64_t>(prompt.size()) + 1;
+  const auto forced = [&](const std::string& id, int64_t position, int32_t drafted) {
+    return std::stoi(id) % 2 == 0 && position == second ? greedy_out[1] : drafted;
+  };
+  const Outcome got = run(r, jobs, 2, {16, 2048}, {}, forced);
+  EXPECT_GT(got.stats.spec.num_accepted_tokens, 0);
+  EXPECT_LT(got.stats.spec.num_accepted_tokens, got.stats.spec.num_draft_tokens);
+  const int64_t vocab = r.config().vocab_size;
+  const auto cell = [&](int32_t t0, int32_t t1) { return static_cast<size_t>(t0 * vocab + t1); };
+  std::vector<int64_t> counts(static_cast<size_t>(vocab * vocab), 0);
+  for (const auto& t : got.tokens) {
+    ASSERT_EQ(t.size(), 3u);
+    ++counts[cell(t[0], t[1])];
+  }
+  std::vector<double> expected(counts.size(), 0.0);
+  const std::vector<double> first = target_probs(r, prompt, prompt.size(), p);
+  for (int32_t t0 = 0; t0 < vocab; ++t0) {
+    if (first[static_cast<size_t>(t0)] == 0) continue;
+    std::vector<int32_t> tokens = prompt;
+    tokens.push_back(t0);
+    const std::vector<double> next = target_probs(r, tokens, prompt.size(), p);
+    for (int32_t t1 = 0; t1 < vocab; ++t1)
+      expected[cell(t0, t1)] = first[static_cast<size_t>(t0)] * next[static_cast<size_t>(t1)];
+  }
+  EXPECT_GT(testing::chi_square_p_value(counts, expected), 1e-4);
 }
 
 // Requests that cannot draft (n > 1, logprobs, prompt logprobs) decode plainly in the same

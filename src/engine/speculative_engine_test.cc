@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "core/error.h"
+#ifdef MLASERVE_CUDA_RUNTIME
+#include "core/cuda_allocator.h"
+#endif
 #include "engine/chi_square_test_util.h"
 #include "engine/engine.h"
 #include "engine/memory_planner.h"
@@ -32,17 +35,26 @@ struct MtpModel {
   io::testing::TestDir dir;
   std::unique_ptr<ModelRunner> runner;
 
-  explicit MtpModel(const std::filesystem::path& fixture) {
+  explicit MtpModel(const std::filesystem::path& fixture, Device device = Device::cpu()) {
     testing::write_mtp_checkpoint(fixture, dir.path(), 11);
-    runner = std::make_unique<ModelRunner>(RunnerOptions{.model = dir.path(), .mtp = true});
+    runner = std::make_unique<ModelRunner>(
+        RunnerOptions{.model = dir.path(), .device = device, .mtp = true});
   }
 };
 
-MtpModel& mtp_model(const std::string& fixture) {
+MtpModel& mtp_model(const std::string& fixture, const std::string& device = "cpu") {
   static std::map<std::string, std::unique_ptr<MtpModel>> models;
-  auto& m = models[fixture];
-  if (!m) m = std::make_unique<MtpModel>(kTestData / fixture);
+  auto& m = models[fixture + "@" + device];
+  if (!m) m = std::make_unique<MtpModel>(kTestData / fixture, parse_device(device));
   return *m;
+}
+
+bool have_gpu() {
+#ifdef MLASERVE_CUDA_RUNTIME
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
 }
 
 struct Job {
@@ -366,6 +378,29 @@ TEST(SpeculativeEngine, StopsInsideARoundEndTheOutputThere) {
   const Outcome stopped = run(r, jobs, 4, {}, {}, forced_drafts(jobs, plain.tokens, 0));
   EXPECT_EQ(stopped.tokens, stopped_plain.tokens);
   EXPECT_LT(stopped.stats.generation_tokens, plain.stats.generation_tokens);
+}
+
+// On the GPU (eager draft and verify steps, the carry in device memory): greedy output with
+// k = 1..4 equals the GPU's own plain output, drafts forced mostly right, whole and chunked.
+TEST(SpeculativeEngine, GpuGreedyEqualsPlain) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
+  for (const char* fixture : kFixtures) {
+    SCOPED_TRACE(fixture);
+    ModelRunner& r = *mtp_model(fixture, "cuda").runner;
+    const auto jobs = mixed_jobs(41);
+    const Outcome plain = run(r, jobs, 0);
+    const auto forced = forced_drafts(jobs, plain.tokens, 4);
+    for (int64_t k = 1; k <= 4; ++k) {
+      SCOPED_TRACE(k);
+      EXPECT_EQ(run(r, jobs, k).tokens, plain.tokens);
+      const Outcome right = run(r, jobs, k, {}, {}, forced);
+      EXPECT_EQ(right.tokens, plain.tokens);
+      EXPECT_GT(right.stats.spec.num_accepted_tokens, 0);
+    }
+    EngineConfig chunked;
+    chunked.limits.max_num_batched_tokens = 48;
+    EXPECT_EQ(run(r, jobs, 3, {}, chunked, forced).tokens, plain.tokens);
+  }
 }
 
 // The engine refuses speculative limits on a runner without the MTP layer.

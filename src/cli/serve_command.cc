@@ -133,6 +133,11 @@ Checked check(ServeFlags& f, std::vector<std::string>& errors) {
         errors.push_back(
             fmt::format("--tensor-parallel-size {}: must divide the model's {} attention heads",
                         f.tensor_parallel_size, c.config.num_attention_heads));
+      if (f.speculative && f.sequence_parallel && f.tensor_parallel_size > 1)
+        errors.push_back(
+            "--speculative-config with --sequence-parallel: the MTP layer runs with a replicated "
+            "residual stream; drop --sequence-parallel");
+      if (f.speculative) f.speculative->check_model(c.config);
     } catch (const Error& e) {
       errors.push_back(e.what());
     }

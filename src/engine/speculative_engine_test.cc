@@ -475,6 +475,51 @@ TEST(SpeculativeEngine, PlannedServingStaysInsideThePlan) {
   runner.reserve_step_workspaces({0});
 }
 
+// The GLM-5-shaped model (bench/models/glm5-shaped, dummy weights) with an MTP layer, planned
+// for an H200 in meta mode (no GPU needed): the GPU's bf16 carry and the MTP steps traced
+// through the CUDA ops' contracts, the MTP layer's weights and KV counted.
+TEST(SpeculativeEngine, PlansTheGlm5ShapedModelWithMtpForAGpuInMetaMode) {
+  io::testing::TestDir dir;
+  const std::filesystem::path shaped =
+      std::filesystem::path(MLASERVE_SOURCE_DIR) / "bench/models/glm5-shaped";
+  auto config = nlohmann::json::parse(std::ifstream(shaped / "config.json"));
+  config["num_nextn_predict_layers"] = 1;
+  std::ofstream(dir / "config.json") << config.dump();
+  const auto plan_for = [&](bool mtp, int64_t k) {
+    ModelRunner runner({.model = dir.path(),
+                        .load_format = LoadFormat::kDummy,
+                        .device = Device::cuda(0),
+                        .meta = true,
+                        .mtp = mtp});
+    const ServingLimits limits{.max_num_batched_tokens = 8192,
+                               .max_num_seqs = 64,
+                               .max_model_len = 4096,
+                               .block_size = 64,
+                               .num_speculative_tokens = k};
+    return plan_memory(
+        runner, limits,
+        {.device_bytes = int64_t{140} << 30, .utilization = 0.9, .kv_cache_memory_bytes = {}},
+        ProfileMode::kMeta);
+  };
+  const MemoryPlan plain = plan_for(false, 0);
+  const MemoryPlan spec = plan_for(true, 3);
+  const RankPlan &a = plain.ranks[0], &b = spec.ranks[0];
+  EXPECT_GT(b.weights_bytes, a.weights_bytes);  // the MTP layer's
+  EXPECT_GT(b.kv_bytes_per_token, a.kv_bytes_per_token);
+  EXPECT_EQ(b.mtp_carry_bytes, int64_t{8192} * config["hidden_size"].get<int64_t>() * 2);
+  EXPECT_GE(b.step_workspace_bytes, a.step_workspace_bytes);
+  EXPECT_LT(spec.num_blocks, plain.num_blocks);
+  std::printf(
+      "glm5-shaped on an H200 (meta): MTP weights %.1f MiB, KV %lld -> %lld bytes/token, "
+      "carry %.1f MiB, step workspace %.1f -> %.1f MiB, KV tokens %lld -> %lld\n",
+      static_cast<double>(b.weights_bytes - a.weights_bytes) / (1 << 20),
+      static_cast<long long>(a.kv_bytes_per_token), static_cast<long long>(b.kv_bytes_per_token),
+      static_cast<double>(b.mtp_carry_bytes) / (1 << 20),
+      static_cast<double>(a.step_workspace_bytes) / (1 << 20),
+      static_cast<double>(b.step_workspace_bytes) / (1 << 20),
+      static_cast<long long>(plain.kv_tokens), static_cast<long long>(spec.kv_tokens));
+}
+
 // The demo model with a random MTP layer: the first 100 held-out samples (chat prompts, tool
 // calls among them) decode through the engine with MTP on exactly as with it off.
 TEST(SpeculativeEngine, DemoModelHeldOutSamplesAreExact) {

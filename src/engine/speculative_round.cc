@@ -64,10 +64,16 @@ bool Drafter::add(Sampler& sampler, const float* mtp_logits, SpeculativeStats& s
   if (ended_) raise<InternalError>("a draft was added after the draft ended");
   const int64_t i = round_.size();
   if (fork_) round_.masks.push_back(constraint_mask(*fork_, s_.stop_ids, s_.vocab));
+  // A row that is not finite (the MTP layer attending over cache entries no catch-up wrote, in
+  // blocks taken from the prefix cache) or leaves no mass drafts nothing: drafts only ever cost
+  // acceptance, never the output.
+  if (!std::all_of(mtp_logits, mtp_logits + s_.vocab, [](float v) { return std::isfinite(v); })) {
+    end();
+    return false;
+  }
   const std::span<const uint32_t> mask =
       fork_ ? std::span<const uint32_t>(round_.masks.back()) : std::span<const uint32_t>();
   std::vector<double> qi = token_distribution(sampler, s_, mtp_logits, ext_, mask);
-  // A row without mass (the MTP layer's cache at a position no catch-up wrote) drafts nothing.
   double mass = 0;
   for (double v : qi) mass += v;
   if (!(mass > 0) || !std::isfinite(mass)) {

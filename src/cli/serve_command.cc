@@ -133,6 +133,11 @@ Checked check(ServeFlags& f, std::vector<std::string>& errors) {
         errors.push_back(
             fmt::format("--tensor-parallel-size {}: must divide the model's {} attention heads",
                         f.tensor_parallel_size, c.config.num_attention_heads));
+      if (f.speculative && f.sequence_parallel && f.tensor_parallel_size > 1)
+        errors.push_back(
+            "--speculative-config with --sequence-parallel: the MTP layer runs with a replicated "
+            "residual stream; drop --sequence-parallel");
+      if (f.speculative) f.speculative->check_model(c.config);
     } catch (const Error& e) {
       errors.push_back(e.what());
     }
@@ -212,18 +217,18 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const Checked& c) {
       },
       kProgressInterval);
   const auto t0 = std::chrono::steady_clock::now();
-  auto runner = std::make_unique<ModelRunner>(
-      RunnerOptions{.model = c.model_dir,
-                    .load_format = parse_load_format(f.load_format),
-                    .tensor_parallel_size = f.tensor_parallel_size,
-                    .sequence_parallel = f.sequence_parallel,
-                    .device = c.device,
-                    .ranks_per_device = f.ranks_per_device,
-                    .meta = false,
-                    .enforce_eager = f.enforce_eager,
-                    .load_progress = [&progress](int rank, int64_t done, int64_t total) {
-                      progress.update(rank, done, total);
-                    }});
+  auto runner = std::make_unique<ModelRunner>(RunnerOptions{
+      .model = c.model_dir,
+      .load_format = parse_load_format(f.load_format),
+      .tensor_parallel_size = f.tensor_parallel_size,
+      .sequence_parallel = f.sequence_parallel,
+      .device = c.device,
+      .ranks_per_device = f.ranks_per_device,
+      .meta = false,
+      .enforce_eager = f.enforce_eager,
+      .load_progress = [&progress](int rank, int64_t done,
+                                   int64_t total) { progress.update(rank, done, total); },
+      .mtp = f.speculative.has_value()});
   if (terminal) std::fputs("\n", stderr);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Rank 0 lives on the leader; followers' loads reach its log (ModelRunner).
@@ -241,10 +246,12 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const Checked& c) {
 // is traced (meta) and the KV budget defaults to kDefaultKvBytes (host memory is shared with
 // everything else). --kv-cache-memory-bytes overrides the budget on any device.
 MemoryPlan allocate_kv(ModelRunner& runner, const ServeFlags& f) {
-  const ServingLimits limits{.max_num_batched_tokens = f.max_num_batched_tokens,
-                             .max_num_seqs = f.max_num_seqs,
-                             .max_model_len = f.max_model_len,
-                             .block_size = f.block_size};
+  const ServingLimits limits{
+      .max_num_batched_tokens = f.max_num_batched_tokens,
+      .max_num_seqs = f.max_num_seqs,
+      .max_model_len = f.max_model_len,
+      .block_size = f.block_size,
+      .num_speculative_tokens = f.speculative ? f.speculative->num_speculative_tokens : 0};
   const bool cpu = runner.device().is_cpu();
   PlanBudget budget{
       .device_bytes = device_memory_bytes(runner.device()) / runner.ranks_per_device(),
@@ -258,6 +265,17 @@ MemoryPlan allocate_kv(ModelRunner& runner, const ServeFlags& f) {
       plan_memory(runner, limits, budget, cpu ? ProfileMode::kMeta : ProfileMode::kReal);
   std::istringstream lines(plan.report());
   for (std::string line; std::getline(lines, line);) MLS_LOG_INFO("{}", line);
+  if (f.speculative) {
+    const io::ModelConfig& mc = runner.config();
+    const DType act = activation_dtype(runner.device());
+    MLS_LOG_INFO(
+        "Speculative decoding: method {}, {} draft tokens per step, {} MTP layer(s) loaded of {}; "
+        "their KV {} bytes/token, hidden-state carry {} per rank",
+        f.speculative->method, f.speculative->num_speculative_tokens, runner.num_mtp_layers(),
+        mc.num_nextn_predict_layers,
+        KvCache::bytes_per_token(mc, act, true) - KvCache::bytes_per_token(mc, act),
+        human_bytes(static_cast<double>(plan.ranks[0].mtp_carry_bytes)));
+  }
   apply_plan(runner, plan);
   return plan;
 }

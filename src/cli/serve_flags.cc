@@ -138,11 +138,11 @@ std::string set_generation_overrides(ServeFlags& f, const std::string& v) {
   return "";
 }
 
-std::string check_speculative(ServeFlags&, const std::string& v) {
+std::string set_speculative(ServeFlags& f, const std::string& v) {
   ojson j;
   if (std::string e = set_json_object(j, v); !e.empty()) return e;
   try {
-    SpeculativeConfig::parse(j);
+    f.speculative = SpeculativeConfig::parse(j);
   } catch (const InvalidArgument& e) {
     return e.what();
   }
@@ -355,11 +355,12 @@ std::vector<FlagSpec> build_table() {
          // -O3 style levels are plain numbers.
          return parse_human_int(v) ? std::string() : check_json(v);
        }},
-      {"--speculative-config", "", kJson, kRejected, "JSON",
-       "Speculative decoding (recipes: method mtp, num_speculative_tokens N)",
-       "speculative decoding (MTP) is not built yet; drop the flag to serve the same outputs "
-       "one token per step",
-       check_speculative},
+      {"--speculative-config", "", kJson, kImplemented, "JSON",
+       "Speculative decoding with the checkpoint's MTP layer: method mtp (or deepseek_mtp, "
+       "glm4_moe_mtp), num_speculative_tokens 1-4 drafts per step, verified in one target "
+       "forward (greedy output unchanged, sampled output the target's distribution; drafts go "
+       "through the request's grammar). Eager steps (no CUDA graphs for draft and verify)",
+       "", set_speculative},
       {"--seed", "", kValue, kImplemented, "N",
        "Seed of the server's generator: requests without a seed draw theirs from it, so a run "
        "repeats when requests arrive in the same order",

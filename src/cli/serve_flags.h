@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/speculative_config.h"
 #include "server/http_limits.h"
 
 namespace mls::cli {
@@ -43,6 +44,8 @@ struct ServeFlags {
   bool enable_prefix_caching = true;
   bool enforce_eager = RunnerOptions{}.enforce_eager;  // no CUDA graphs for decode
   std::optional<uint64_t> seed;
+  // --speculative-config: MTP drafting with the checkpoint's own layers; unset: off.
+  std::optional<SpeculativeConfig> speculative;
   // Chat and generation.
   std::string chat_template;
   std::string response_role = "assistant";

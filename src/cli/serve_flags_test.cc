@@ -90,14 +90,14 @@ TEST(ServeFlags, RecipeLinesParse) {
   EXPECT_EQ(glm.flags.max_model_len, 0);
 }
 
-TEST(ServeFlags, MtpIsValidatedThenRejected) {
+TEST(ServeFlags, MtpIsValidatedAndKept) {
   const ParsedServe mtp = parse({"zai-org/GLM-5-FP8", "--speculative-config.method", "mtp",
                                  "--speculative-config.num_speculative_tokens", "3"});
-  ASSERT_EQ(mtp.errors.size(), 1u) << joined(mtp.errors);
-  EXPECT_EQ(mtp.errors[0],
-            "--speculative-config {\"method\":\"mtp\",\"num_speculative_tokens\":3}: not "
-            "supported: speculative decoding (MTP) is not built yet; drop the flag to serve the "
-            "same outputs one token per step");
+  EXPECT_TRUE(mtp.errors.empty()) << joined(mtp.errors);
+  ASSERT_TRUE(mtp.flags.speculative.has_value());
+  EXPECT_EQ(mtp.flags.speculative->method, "mtp");
+  EXPECT_EQ(mtp.flags.speculative->num_speculative_tokens, 3);
+  EXPECT_FALSE(parse({"m"}).flags.speculative.has_value());
   const ParsedServe bad =
       parse({"m", "--speculative-config", "{\"method\": \"mtp\", \"num_speculative_tokens\": 0}"});
   ASSERT_EQ(bad.errors.size(), 1u);

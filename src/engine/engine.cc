@@ -85,10 +85,20 @@ Engine::Engine(ModelRunner& runner, const EngineConfig& cfg)
       cfg_(resolved(runner, cfg)),
       vocab_(runner.config().vocab_size),
       blocks_(runner.num_blocks(), runner.block_size(), cfg.enable_prefix_caching),
-      scheduler_({cfg_.limits.max_num_batched_tokens, cfg_.limits.max_num_seqs}, blocks_),
+      scheduler_({cfg_.limits.max_num_batched_tokens, cfg_.limits.max_num_seqs,
+                  cfg_.limits.num_speculative_tokens},
+                 blocks_),
       sampler_(runner.config().vocab_size),
       mask_words_((runner.config().vocab_size + 31) / 32),
-      seed_rng_(cfg.seed.value_or(0)) {}
+      spec_k_(cfg_.limits.num_speculative_tokens),
+      spec_stats_(spec_k_),
+      seed_rng_(cfg.seed.value_or(0)) {
+  if (spec_k_ > 0 && runner.num_mtp_layers() == 0)
+    raise<InvalidArgument>(
+        "speculative decoding ({} tokens) needs the runner loaded with the checkpoint's MTP "
+        "layers",
+        spec_k_);
+}
 
 Engine::~Engine() = default;
 
@@ -202,20 +212,26 @@ bool Engine::step() {
         c.seq->request->timings.scheduled = now;
     batch_.token_ids.clear();
     batch_.seqs.resize(chunks.size());
+    bool speculative = false;  // some chunk belongs to a drafting sequence
     for (size_t i = 0; i < chunks.size(); ++i) {
       const Sequence& s = *chunks[i].seq;
-      const int64_t end = s.num_computed + chunks[i].num_new;
+      speculative = speculative || drafts_for(s);
+      // The sequence's tokens, then the drafts it verifies (a logits row each, and one more).
+      const int64_t drafts = chunks[i].num_drafts;
+      const int64_t end = s.num_computed + chunks[i].num_new - drafts;
       batch_.token_ids.insert(batch_.token_ids.end(), s.tokens.begin() + s.num_computed,
                               s.tokens.begin() + end);
+      batch_.token_ids.insert(batch_.token_ids.end(), s.drafts.tokens.begin(),
+                              s.drafts.tokens.begin() + drafts);
       SequenceChunk& sc = batch_.seqs[i];
       sc.num_cached = s.num_computed;
       sc.num_new = chunks[i].num_new;
       sc.block_table.assign(s.block_table.begin(), s.block_table.end());
       sc.prompt_len = s.prompt_len;
       const bool last = end == static_cast<int64_t>(s.tokens.size());
-      sc.logits = s.chunk_has_all_logits() ? SequenceChunk::Logits::kAll
-                  : last                   ? SequenceChunk::Logits::kLast
-                                           : SequenceChunk::Logits::kNone;
+      sc.logits = s.chunk_has_all_logits() || drafts > 0 ? SequenceChunk::Logits::kAll
+                  : last                                 ? SequenceChunk::Logits::kLast
+                                                         : SequenceChunk::Logits::kNone;
     }
     sampled_.clear();
     sample_rows_.clear();
@@ -223,13 +239,15 @@ bool Engine::step() {
     int64_t rows = 0;
     for (size_t i = 0; i < chunks.size(); ++i) {
       const SequenceChunk& sc = batch_.seqs[i];
-      scores_prompt_ = scores_prompt_ || sc.logits == SequenceChunk::Logits::kAll;
+      scores_prompt_ = scores_prompt_ || chunks[i].seq->chunk_has_all_logits();
       rows += sc.logits == SequenceChunk::Logits::kAll    ? sc.num_new
               : sc.logits == SequenceChunk::Logits::kLast ? 1
                                                           : 0;
-      if (sc.num_cached + sc.num_new == static_cast<int64_t>(chunks[i].seq->tokens.size())) {
+      const int64_t drafts = chunks[i].num_drafts;
+      if (sc.num_cached + sc.num_new - drafts ==
+          static_cast<int64_t>(chunks[i].seq->tokens.size())) {
         sampled_.push_back(chunks[i].seq);
-        sample_rows_.push_back(rows - 1);
+        sample_rows_.push_back(rows - 1 - drafts);  // the row after the last token
       }
     }
     masked_ = start_masks();
@@ -240,7 +258,23 @@ bool Engine::step() {
       ~JoinMasks() { w.abandon(); }
     } join{mask_worker_};
     try {
-      if (can_sample_on_device()) {
+      if (speculative) {
+        // On the host: the drafting sequences' rounds need every verify row's distribution.
+        const Tensor logits = runner_.forward_keep_hidden(batch_);
+        if (masked_) masks();
+        if (scores_prompt_) score_prompts(chunks, logits.data<float>());
+        scheduler_.commit();
+        for (size_t r = 0; r < sampled_.size(); ++r) {
+          const float* row = logits.data<float>() + sample_rows_[r] * vocab_;
+          if (masked_ && mask_failed_[r])
+            finish(*sampled_[r], FinishReason::kAbort, true);
+          else if (drafts_for(*sampled_[r]))
+            accept(*sampled_[r], row, r);
+          else
+            sample_row(*sampled_[r], row, mask_row(r));
+        }
+        draft(chunks);
+      } else if (can_sample_on_device()) {
         rows_.clear();
         for (Sequence* seq : sampled_)
           rows_.push_back(Sampler::row_sampling(sample_input(*seq, seq->sample_index)));
@@ -352,7 +386,8 @@ bool Engine::start_masks() {
       Sequence& seq = *sampled_[r];
       const std::span<uint32_t> row(masks_.data() + r * mask_words_,
                                     static_cast<size_t>(mask_words_));
-      if (!seq.constraint) {
+      // A drafted round carries its rows' masks (drawn while drafting).
+      if (!seq.constraint || !seq.drafts.masks.empty()) {
         std::fill(row.begin(), row.end(), ~0u);
         continue;
       }
@@ -401,6 +436,126 @@ void Engine::sample_row(Sequence& seq, const float* logits, std::span<const uint
   // After a fork rs.seqs holds the parent (sample 0) and then its new siblings, in order.
   for (int i = 0; i < n; ++i)
     emit(n > 1 ? *rs.seqs[i] : seq, drawn_[i], want_lp ? &logprobs_[i] : nullptr);
+}
+
+bool Engine::drafts_for(const Sequence& seq) const {
+  const SamplingParams& p = seq.request->req.params;
+  return spec_k_ > 0 && p.n == 1 && p.logprobs < 0 && p.prompt_logprobs < 0;
+}
+
+SpeculativeSequence Engine::speculative_view(const Sequence& seq) const {
+  const RequestState& rs = *seq.request;
+  return {.params = &rs.req.params,
+          .seed = rs.seed,
+          .stop_ids = rs.stop_ids,
+          .prompt_len = seq.prompt_len,
+          .vocab = vocab_};
+}
+
+void Engine::accept(Sequence& seq, const float* logits, size_t mask_row_index) {
+  DraftRound round = std::move(seq.drafts);
+  seq.drafts.clear();
+  // A round nobody drafted (the first token, or no room for drafts): the committed
+  // constraint's mask from the mask worker.
+  if (round.masks.empty() && seq.constraint) {
+    const std::span<const uint32_t> m = mask_row(mask_row_index);
+    round.masks.emplace_back(m.begin(), m.end());
+  }
+  const RejectionOutcome o =
+      accept_round(sampler_, speculative_view(seq), logits, seq.tokens, round, spec_stats_);
+  // The accepted drafts' KV, written by the verify past the last token, now holds committed
+  // tokens; the rejected tail's slots are rewritten by the next step before anything reads them.
+  seq.num_computed += o.accepted;
+  for (int64_t i = 0; i < o.accepted; ++i) {
+    emit(seq, round.tokens[static_cast<size_t>(i)], nullptr);
+    if (seq.finished()) return;
+  }
+  emit(seq, o.token, nullptr);
+}
+
+void Engine::draft(const std::vector<ScheduledChunk>& chunks) {
+  struct Drafting {
+    Sequence* seq;
+    Drafter drafter;
+    int64_t row;  // its last token's row in the latest MTP step (the next draft's input)
+  };
+  std::vector<Drafting> active;
+  // The catch-up: every position this step's target computed for a drafting sequence pairs
+  // the token after it with its hidden state (the forward's carry rows, in batch order).
+  mtp_batch_.token_ids.clear();
+  mtp_batch_.seqs.clear();
+  std::vector<int64_t> carry_rows;
+  int64_t offset = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SequenceChunk& sc = batch_.seqs[i];
+    Sequence& s = *chunks[i].seq;
+    const int64_t first = offset;
+    offset += sc.num_new;
+    if (!drafts_for(s) || s.finished()) continue;
+    const int64_t computed = s.num_computed - sc.num_cached;
+    if (computed <= 0) continue;
+    const auto len = static_cast<int64_t>(s.tokens.size());
+    const bool next = s.num_computed + 1 == len;  // the sequence's next token is the bonus
+    int64_t k = 0;
+    if (next) {
+      // Drafts past max_tokens would never be emitted (and could pass max_model_len).
+      const RequestState& rs = *s.request;
+      k = std::min(spec_k_, rs.max_tokens - s.num_output() - 1);
+      // Draft i > 1 writes the MTP layer's cache at position num_computed + i - 2; without a
+      // block for it the round drafts fewer (the scheduler allocates the verify's blocks).
+      const int64_t bs = blocks_.block_size();
+      if (k > 1 && !blocks_.allocate(s.block_table, s.num_computed + k - 1))
+        k = std::min(k, static_cast<int64_t>(s.block_table.size()) * bs - s.num_computed + 1);
+    }
+    mtp_batch_.token_ids.insert(mtp_batch_.token_ids.end(), s.tokens.begin() + sc.num_cached + 1,
+                                s.tokens.begin() + s.num_computed + 1);
+    for (int64_t j = 0; j < computed; ++j) carry_rows.push_back(first + j);
+    mtp_batch_.seqs.push_back(
+        {.num_cached = sc.num_cached,
+         .num_new = computed,
+         .block_table = s.block_table,
+         .prompt_len = s.prompt_len,
+         .logits = k > 0 ? SequenceChunk::Logits::kLast : SequenceChunk::Logits::kNone});
+    DraftOverride forced;
+    if (draft_override_)
+      forced = [this, id = &s.request->req.id](int64_t position, int32_t drafted) {
+        return draft_override_(*id, position, drafted);
+      };
+    if (k > 0)
+      active.push_back(
+          {&s, Drafter(speculative_view(s), s.tokens, s.constraint.get(), k, std::move(forced)),
+           mtp_batch_.num_tokens() - 1});
+  }
+  if (mtp_batch_.seqs.empty()) return;
+  Tensor logits = runner_.forward_mtp(mtp_batch_, carry_rows);
+  // Drafts 2..k apply the same layer to its own output and the draft just chosen, one token a
+  // step for every sequence still drafting.
+  for (int64_t i = 0; !active.empty(); ++i) {
+    mtp_batch_.token_ids.clear();
+    mtp_batch_.seqs.clear();
+    carry_rows.clear();
+    size_t kept = 0;
+    for (size_t a = 0; a < active.size(); ++a) {
+      Drafting& d = active[a];
+      if (!d.drafter.add(sampler_, logits.data<float>() + a * vocab_, spec_stats_)) {
+        d.seq->drafts = d.drafter.take();
+        continue;
+      }
+      mtp_batch_.token_ids.push_back(d.drafter.last());
+      mtp_batch_.seqs.push_back({.num_cached = d.seq->num_computed + i,
+                                 .num_new = 1,
+                                 .block_table = d.seq->block_table,
+                                 .prompt_len = d.seq->prompt_len,
+                                 .logits = SequenceChunk::Logits::kLast});
+      carry_rows.push_back(d.row);
+      d.row = static_cast<int64_t>(kept);
+      if (a != kept) active[kept] = std::move(d);
+      ++kept;
+    }
+    active.erase(active.begin() + static_cast<std::ptrdiff_t>(kept), active.end());
+    if (active.empty()) break;
+    logits = runner_.forward_mtp(mtp_batch_, carry_rows);
+  }
 }
 
 void Engine::fork(Sequence& parent, std::span<const int32_t> first_tokens) {
@@ -525,6 +680,7 @@ void Engine::publish_stats() {
   stats_.prompt_tokens = prompt_tokens_;
   stats_.generation_tokens = generation_tokens_;
   stats_.finished_requests = finished_requests_;
+  stats_.spec = spec_stats_;
 }
 
 }  // namespace mls

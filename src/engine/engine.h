@@ -24,6 +24,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/serving_limits.h"
+#include "engine/speculative_stats.h"
 
 namespace mls {
 
@@ -54,6 +55,9 @@ struct EngineStats {
   int64_t prompt_tokens = 0;         // prompt_tokens_total
   int64_t generation_tokens = 0;     // generation_tokens_total
   int64_t finished_requests = 0;     // request_success_total (any finish reason)
+  // Speculative decoding (limits.num_speculative_tokens > 0), summed over every sequence;
+  // k = 0 positions when off.
+  SpeculativeStats spec = SpeculativeStats(0);
 };
 
 struct RequestState;
@@ -68,6 +72,11 @@ class Engine {
 
   // The configuration with the limits resolved.
   const EngineConfig& config() const { return cfg_; }
+  // Test seam for speculative decoding (DraftOverride, speculative_round.h, per request):
+  // replaces the token drafted for a request at a sequence position. Loop thread.
+  using RequestDraftOverride =
+      std::function<int32_t(const std::string& request_id, int64_t position, int32_t drafted)>;
+  void set_draft_override(RequestDraftOverride o) { draft_override_ = std::move(o); }
 
   // Validates the request (InvalidArgument naming the field) and queues it. Any thread.
   void add_request(Request req);
@@ -96,6 +105,15 @@ class Engine {
   std::span<const uint32_t> masks();
   std::span<const uint32_t> mask_row(size_t r) const;
   void sample_row(Sequence& seq, const float* logits, std::span<const uint32_t> allowed);
+  // Speculative decoding. Whether the sequence drafts: one sample without logprobs (every other
+  // sequence decodes plainly in the same steps).
+  bool drafts_for(const Sequence& seq) const;
+  SpeculativeSequence speculative_view(const Sequence& seq) const;
+  // Accepts the sequence's verified round (`logits`: its drafts + 1 rows) and emits the tokens.
+  void accept(Sequence& seq, const float* logits, size_t mask_row_index);
+  // The MTP layer catches up on what this step's target forward computed for each drafting
+  // sequence, then drafts the next round of those that go on (carry: the forward's hidden rows).
+  void draft(const std::vector<ScheduledChunk>& chunks);
   void fork(Sequence& parent, std::span<const int32_t> first_tokens);
   void emit(Sequence& seq, int32_t token, const Logprobs* lp);
   // Advances the sequence's constraint; false (logged) when the token breaks it.
@@ -125,6 +143,10 @@ class Engine {
   std::vector<uint8_t> mask_failed_;  // per row: its constraint threw while masking
   bool masked_ = false;               // this step's rows carry masks
   HostWorker mask_worker_;
+  int64_t spec_k_;  // num_speculative_tokens, 0 off
+  SpeculativeStats spec_stats_;
+  RequestDraftOverride draft_override_;
+  ForwardBatch mtp_batch_;
   std::vector<Sequence*> finished_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
   uint64_t next_arrival_ = 0;

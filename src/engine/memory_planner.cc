@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "core/error.h"
@@ -60,6 +61,21 @@ std::vector<int64_t> prefill_lengths(const ServingLimits& l) {
 }
 
 }  // namespace
+
+ForwardBatch verify_step(const ServingLimits& l, int64_t cache_blocks) {
+  const int64_t q = std::min(1 + l.num_speculative_tokens, l.max_num_batched_tokens);
+  const int64_t seqs = std::max<int64_t>(1, std::min(l.max_num_seqs, l.max_num_batched_tokens / q));
+  const int64_t cached = std::max<int64_t>(0, l.max_model_len - q);
+  ForwardBatch b;
+  b.token_ids.assign(static_cast<size_t>(seqs * q), 0);
+  for (int64_t s = 0; s < seqs; ++s)
+    b.seqs.push_back({.num_cached = cached,
+                      .num_new = q,
+                      .block_table = cycled_table(cached + q, l.block_size, cache_blocks, 0),
+                      .prompt_len = 1,
+                      .logits = SequenceChunk::Logits::kAll});
+  return b;
+}
 
 int64_t prefill_blocks(const ServingLimits& l) {
   int64_t blocks = 0;
@@ -130,6 +146,11 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
   if (budget.utilization <= 0 || budget.utilization > 1)
     raise<InvalidArgument>("--gpu-memory-utilization must be in (0, 1], got {}",
                            budget.utilization);
+  const bool speculative = limits.num_speculative_tokens > 0;
+  if (speculative && runner.num_mtp_layers() == 0)
+    raise<InvalidArgument>(
+        "speculative decoding ({} tokens) needs the runner loaded with the checkpoint's MTP layers",
+        limits.num_speculative_tokens);
   MemoryPlan plan;
   plan.limits = limits;
   if (runner.decode_graphs()) plan.graph_buckets = decode_graph_buckets(limits.max_num_seqs);
@@ -151,19 +172,35 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
   runner.allocate_kv_cache(cache_blocks, limits);
   std::vector<std::vector<int64_t>> workspace(tp);
   std::vector<int64_t> comm(tp, 0), peak(tp, 0);
-  for (const ProfileStep& step : profile_steps(limits, cache_blocks, plan.graph_buckets)) {
-    // The device-sampling path: the forward, then the draw on rank 0's device.
-    const std::vector<ops::RowSampling> rows(step.batch.num_logit_rows());
+  const auto profile = [&](const std::function<void()>& run) {
     runner.reset_peaks();
-    runner.forward_sample(step.batch, rows);
+    run();
     // The step's arena high-water mark, the communicator buffers it took and freed, and the
     // high-water mark of all it allocated over what stays allocated after it (weights, the
-    // cache, the GEMM workspace, the communicators' lasting buffers).
+    // cache, the carry, the GEMM workspace, the communicators' lasting buffers).
     const std::vector<MemStats> after = runner.memory_stats();
     for (int r = 0; r < tp; ++r) {
       workspace[r].push_back(after[r].step_high_water);
       comm[r] = std::max(comm[r], after[r].pk(MemTag::kComm) - after[r].cur(MemTag::kComm));
       peak[r] = std::max(peak[r], after[r].peak_total - after[r].current_total);
+    }
+  };
+  std::vector<ProfileStep> steps = profile_steps(limits, cache_blocks, plan.graph_buckets);
+  for (const ProfileStep& step : steps) {
+    // The device-sampling path: the forward, then the draw on rank 0's device.
+    const std::vector<ops::RowSampling> rows(step.batch.num_logit_rows());
+    profile([&] { runner.forward_sample(step.batch, rows); });
+  }
+  if (speculative) {
+    // A speculative step's target forward keeps its hidden states and reads its logits on the
+    // host; the MTP layer's catch-up and draft steps take the same batches.
+    steps.push_back({"verify", verify_step(limits, cache_blocks)});
+    profile([&] { runner.forward_keep_hidden(steps.back().batch); });
+    for (const ProfileStep& step : steps) {
+      if (&step != &steps.back()) profile([&] { runner.forward_keep_hidden(step.batch); });
+      std::vector<int64_t> carry_rows(static_cast<size_t>(step.batch.num_tokens()));
+      for (size_t t = 0; t < carry_rows.size(); ++t) carry_rows[t] = static_cast<int64_t>(t);
+      profile([&] { runner.forward_mtp(step.batch, carry_rows); });
     }
   }
   const std::vector<MemStats> stats = runner.memory_stats();
@@ -187,14 +224,17 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
     rp.untracked_bytes = gpu && traced_runner ? kCudaContextAllowanceBytes : untracked[r];
     rp.graph_bytes = plan.graph_buckets.empty() ? 0 : kDecodeGraphAllowanceBytes;
     rp.host_buffer_bytes = ModelRunner::host_buffer_bytes(limits, c.vocab_size, r == 0);
-    rp.kv_bytes_per_token = KvCache::bytes_per_token(c, activation_dtype(runner.device()));
+    rp.kv_bytes_per_token =
+        KvCache::bytes_per_token(c, activation_dtype(runner.device()), runner.num_mtp_layers() > 0);
+    rp.mtp_carry_bytes =
+        ModelRunner::mtp_carry_bytes(limits, c, runner.device(), runner.num_mtp_layers() > 0);
     rp.kv_budget_bytes =
         budget.kv_cache_memory_bytes
             ? *budget.kv_cache_memory_bytes
             : static_cast<int64_t>(static_cast<double>(budget.device_bytes) * budget.utilization) -
                   rp.weights_bytes - rp.step_workspace_bytes - rp.step_comm_bytes -
                   rp.gemm_workspace_bytes - rp.untracked_bytes - rp.graph_bytes -
-                  plan.safety_margin_bytes;
+                  rp.mtp_carry_bytes - plan.safety_margin_bytes;
     rp.num_blocks =
         std::max<int64_t>(0, rp.kv_budget_bytes / (rp.kv_bytes_per_token * limits.block_size));
     plan.num_blocks = std::min(plan.num_blocks, rp.num_blocks);
@@ -267,6 +307,7 @@ nlohmann::json MemoryPlan::to_json() const {
                   {"graph_bytes", r.graph_bytes},
                   {"host_buffer_bytes", r.host_buffer_bytes},
                   {"kv_bytes_per_token", r.kv_bytes_per_token},
+                  {"mtp_carry_bytes", r.mtp_carry_bytes},
                   {"kv_budget_bytes", r.kv_budget_bytes},
                   {"num_blocks", r.num_blocks}});
   return {{"num_blocks", num_blocks},
@@ -277,6 +318,7 @@ nlohmann::json MemoryPlan::to_json() const {
           {"max_model_len_capped", max_model_len_capped},
           {"max_num_batched_tokens", limits.max_num_batched_tokens},
           {"max_num_seqs", limits.max_num_seqs},
+          {"num_speculative_tokens", limits.num_speculative_tokens},
           {"safety_margin_bytes", safety_margin_bytes},
           {"graph_buckets", graph_buckets},
           {"ranks", rs}};

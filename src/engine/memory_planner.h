@@ -55,7 +55,10 @@ struct RankPlan {
   // when the runner captures them (kDecodeGraphAllowanceBytes; capture measures and stays
   // within it), else 0.
   int64_t graph_bytes = 0;
-  int64_t kv_bytes_per_token = 0;
+  int64_t kv_bytes_per_token = 0;  // the MTP layers' included when the runner loaded them
+  // Speculative decoding: the step's final hidden states kept for the MTP layer
+  // (ModelRunner::mtp_carry_bytes), else 0.
+  int64_t mtp_carry_bytes = 0;
   int64_t kv_budget_bytes = 0;
   int64_t num_blocks = 0;
   // Host memory, not the device's: the rank's reused step inputs and outputs
@@ -100,6 +103,13 @@ std::vector<ProfileStep> worst_case_steps(const ServingLimits& limits, int64_t c
 // "The step workspace" says why smaller steps are profiled too).
 std::vector<ProfileStep> profile_steps(const ServingLimits& limits, int64_t cache_blocks,
                                        const std::vector<int64_t>& decode_sizes = {});
+// Speculative decoding (limits.num_speculative_tokens = k > 0): the verify step, min(max_num_seqs,
+// max_num_batched_tokens / (k + 1)) sequences (at least one) of k + 1 query tokens each at the end
+// of a max_model_len context, every token a logits row. plan_memory profiles it through the
+// target, and it and every step of profile_steps through the path a speculative step takes (the
+// forward keeping its hidden states) and through the MTP layer (catch-up and draft steps are no
+// larger than these).
+ForwardBatch verify_step(const ServingLimits& limits, int64_t cache_blocks);
 // Blocks the prefill step needs (the profile's cache size).
 int64_t prefill_blocks(const ServingLimits& limits);
 

@@ -43,6 +43,9 @@ struct ModelRunner::Rank {
   std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Model> model;
   KvCache kv;
+  // An MTP runner's final hidden states of the last step, [rows, hidden_size]: what
+  // forward_mtp reads (ModelRunner::forward_keep_hidden).
+  Tensor carry;
   // Host memory reused by every step (host_buffer_bytes): page-locked on a CUDA rank.
   bool pinned = false;
   StepStaging staging;               // bound to the worker thread
@@ -100,7 +103,8 @@ struct ModelRunner::Rank {
 ModelRunner::ModelRunner(const RunnerOptions& opts)
     : device_(opts.device),
       sequence_parallel_(opts.sequence_parallel),
-      ranks_per_device_(opts.ranks_per_device) {
+      ranks_per_device_(opts.ranks_per_device),
+      mtp_(opts.mtp) {
   const int tp = opts.tensor_parallel_size;
   const int rpd = opts.ranks_per_device;
   if (tp < 1) raise<InvalidArgument>("--tensor-parallel-size must be >= 1 (got {})", tp);
@@ -121,6 +125,10 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     raise<InvalidArgument>(
         "--ranks-per-device {} puts every rank in one process; under mpirun use one GPU per rank",
         rpd);
+  if (opts.mtp && opts.sequence_parallel && tp > 1)
+    raise<Unsupported>(
+        "speculative decoding with the MTP layer runs with a replicated residual stream, not "
+        "under --sequence-parallel");
   tp_size_ = tp;
   graphs_off_ = mls::decode_graphs_off_reason(opts.enforce_eager, opts.device, tp);
   const int local = tp / world.num_processes();
@@ -201,6 +209,7 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
       lo.alloc = r.alloc.get();
       lo.topk_tie_order = opts.topk_tie_order;
       lo.progress = opts.load_progress;
+      lo.mtp = opts.mtp;
       r.model = Model::load(opts.model, lo);
     });
     log_load_summary(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -269,7 +278,13 @@ void ModelRunner::follow() {
     const std::vector<int64_t>& a = command_.args;
     switch (command_.op) {
       case RunnerOp::kForward:
-        forward(command_.batch, command_.observe ? ignore : nullptr);
+        if (!a.empty() && a[0] != 0)
+          forward_keep_hidden(command_.batch);
+        else
+          forward(command_.batch, command_.observe ? ignore : nullptr);
+        break;
+      case RunnerOp::kForwardMtp:
+        forward_mtp(command_.batch, a);
         break;
       case RunnerOp::kAllocateKv:
         allocate_kv(a.at(0), a.at(1), a.at(2), a.at(3), a.at(4));
@@ -352,6 +367,10 @@ const io::ModelConfig& ModelRunner::config() const {
 
 ops::TopkTieOrder ModelRunner::topk_tie_order() const {
   return ranks_[0]->model->topk_tie_order();
+}
+
+int64_t ModelRunner::num_mtp_layers() const {
+  return ranks_[0]->model->num_mtp_layers();
 }
 
 Allocator& ModelRunner::allocator(int rank) const {
@@ -444,17 +463,29 @@ int64_t ModelRunner::host_buffer_bytes(const ServingLimits& l, int64_t vocab, bo
          (returns ? rb.ids + rb.logprobs + rb.logits : 0);
 }
 
+int64_t ModelRunner::mtp_carry_bytes(const ServingLimits& l, const io::ModelConfig& c,
+                                     Device device, bool mtp) {
+  if (!mtp) return 0;
+  return l.max_num_batched_tokens * c.hidden_size *
+         static_cast<int64_t>(dtype_size(activation_dtype(device)));
+}
+
 void ModelRunner::allocate_kv(int64_t num_blocks, int64_t block_size, int64_t table_rows,
                               int64_t table_cols, int64_t tokens) {
   drop_graphs();
   broadcast(RunnerOp::kAllocateKv, {num_blocks, block_size, table_rows, table_cols, tokens});
   run_on_all_ranks([&](Rank& r) {
     r.kv = KvCache();  // free the old cache before taking the new one
+    r.carry = Tensor();
     r.kv = KvCache::allocate(r.model->config(), num_blocks, block_size, activation_dtype(r.device),
-                             *r.alloc);
+                             *r.alloc, mtp_);
     r.kv.table_rows = table_rows;
     r.kv.table_cols = table_cols;
     if (tokens == 0) return;
+    // Serving limits: the carry once, at its largest (mtp_carry_bytes).
+    if (mtp_)
+      r.carry = Tensor::empty({tokens, r.model->config().hidden_size}, activation_dtype(r.device),
+                              MemTag::kActivation, *r.alloc);
     // Serving limits: the host buffers once, at their largest (host_buffer_bytes).
     r.staging.reserve(tokens, table_rows, table_cols, r.pinned);
     if (r.index != 0) return;
@@ -471,35 +502,60 @@ void ModelRunner::allocate_kv(int64_t num_blocks, int64_t block_size, int64_t ta
 void ModelRunner::release_kv_cache() {
   drop_graphs();
   broadcast(RunnerOp::kReleaseKv);
-  run_on_all_ranks([](Rank& r) { r.kv = KvCache(); });
+  run_on_all_ranks([](Rank& r) {
+    r.kv = KvCache();
+    r.carry = Tensor();
+  });
   num_blocks_ = 0;
   block_size_ = 0;
   planned_limits_.reset();
 }
 
-void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observer,
-                       const std::function<void(Rank&, Tensor&)>& finish) {
+void ModelRunner::check_step(const ForwardBatch& batch) const {
   if (num_blocks_ == 0) raise<InternalError>("forward before allocate_kv_cache");
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= config().vocab_size)
       raise<InvalidArgument>("token id {} outside the vocabulary of {}", id, config().vocab_size);
-  if (const int64_t bucket = graph_bucket_for(captured_, batch); bucket > 0 && !observer)
+}
+
+namespace {
+
+// The rank's carry holds `rows` (a runner without serving limits grows it to its steps).
+void ensure_carry(Tensor& carry, int64_t rows, int64_t width, DType dtype, Allocator& alloc) {
+  if (carry.defined() && carry.dim(0) >= rows) return;
+  carry = Tensor();
+  carry = Tensor::empty({rows, width}, dtype, MemTag::kActivation, alloc);
+}
+
+}  // namespace
+
+void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observer,
+                       const std::function<void(Rank&, Tensor&)>& finish, bool keep_hidden) {
+  check_step(batch);
+  if (keep_hidden && !mtp_)
+    raise<InternalError>("a step keeps its hidden states for the MTP layer, which is not loaded");
+  if (const int64_t bucket = graph_bucket_for(captured_, batch);
+      bucket > 0 && !observer && !keep_hidden)
     return replay(batch, bucket, finish);
   // On a GPU with a memory plan, a plain decode step runs padded to its graph bucket also when
   // it runs eagerly (--enforce-eager, a bucket not captured, an observer): the kernels then see
   // the row counts a replay sees (cuBLASLt's and our FP8 GEMMs choose their algorithm and K
-  // split by the row count), so graphs on or off give each sequence the same bits.
+  // split by the row count), so graphs on or off give each sequence the same bits. A step that
+  // keeps its hidden states for the MTP layer is never replayed, and is not padded.
   ForwardBatch padded;
-  if (!device_.is_cpu() && planned_limits_)
+  if (!device_.is_cpu() && planned_limits_ && !keep_hidden)
     if (const int64_t bucket =
             graph_bucket_for(decode_graph_buckets(planned_limits_->max_num_seqs), batch);
         bucket > static_cast<int64_t>(batch.seqs.size()))
       padded = pad_decode_batch(batch, bucket);
   const ForwardBatch& run = padded.seqs.empty() ? batch : padded;
   const int64_t rows = batch.num_logit_rows();
-  broadcast(RunnerOp::kForward, {}, &run, observer != nullptr);
+  broadcast(RunnerOp::kForward, {keep_hidden ? 1 : 0}, &run, observer != nullptr);
   run_on_all_ranks(
       [&](Rank& r) {
+        if (keep_hidden)
+          ensure_carry(r.carry, batch.num_tokens(), r.model->config().hidden_size,
+                       activation_dtype(r.device), *r.alloc);
         // Everything the step allocates lives in the rank's step workspace and is gone when the
         // scope closes (allocator.h).
         Allocator::StepScope scope(*r.alloc);
@@ -507,8 +563,14 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
           // Every rank observes when rank 0 does: under sequence parallelism an observed tensor
           // is gathered from all ranks' shards, a collective every rank must join.
           const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
+          Tensor hidden;
           Tensor logits =
-              r.model->forward(run, r.kv, r.index == 0 || !observer ? observer : ignore);
+              r.model->forward(run, r.kv, r.index == 0 || !observer ? observer : ignore,
+                               keep_hidden ? &hidden : nullptr);
+          if (keep_hidden) {
+            Tensor dst = r.carry.narrow(0, 0, batch.num_tokens());
+            ops::copy(hidden, dst);
+          }
           if (r.index == 0) {
             Tensor own = logits.dim(0) == rows ? logits : logits.narrow(0, 0, rows);
             finish(r, own);
@@ -519,26 +581,80 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
       "the forward step");
 }
 
+Tensor ModelRunner::to_host(Rank& r, const Tensor& logits) {
+  if (!logits.raw()) return {};  // meta: nothing comes back
+  // The logits come back to memory of their own (the engine samples on the host): the
+  // step's workspace is the next step's.
+  Tensor result =
+      Tensor::empty(logits.shape(), DType::kF32, MemTag::kActivation, default_allocator());
+  if (r.device.is_cpu()) {
+    ops::copy(logits, result);
+    return result;
+  }
+  // Through the rank's page-locked buffer, max_num_seqs rows at a time.
+  const int64_t R = logits.dim(0), V = logits.dim(1);
+  HostBuffer& buf = r.logits.bytes() >= 4 * V ? r.logits : ensure(r.logits, 4 * R * V, r.pinned);
+  const int64_t chunk = buf.bytes() / (4 * V);
+  for (int64_t first = 0; first < R; first += chunk) {
+    const int64_t n = std::min(chunk, R - first);
+    Tensor staged = Tensor::wrap(buf.data<float>(), {n, V}, DType::kF32);
+    ops::copy(logits.narrow(0, first, n), staged);  // returns once the rows have arrived
+    std::memcpy(result.data<float>() + first * V, buf.data<float>(),
+                static_cast<size_t>(n * V) * sizeof(float));
+  }
+  return result;
+}
+
 Tensor ModelRunner::forward(const ForwardBatch& batch, const ForwardObserver& observer) {
   Tensor result;
-  step(batch, observer, [&](Rank& r, Tensor& logits) {
-    if (!logits.raw()) return;  // meta: nothing comes back
-    // The logits come back to memory of their own (the engine samples on the host): the
-    // step's workspace is the next step's.
-    result = Tensor::empty(logits.shape(), DType::kF32, MemTag::kActivation, default_allocator());
-    if (r.device.is_cpu()) return ops::copy(logits, result);
-    // Through the rank's page-locked buffer, max_num_seqs rows at a time.
-    const int64_t R = logits.dim(0), V = logits.dim(1);
-    HostBuffer& buf = r.logits.bytes() >= 4 * V ? r.logits : ensure(r.logits, 4 * R * V, r.pinned);
-    const int64_t chunk = buf.bytes() / (4 * V);
-    for (int64_t first = 0; first < R; first += chunk) {
-      const int64_t n = std::min(chunk, R - first);
-      Tensor staged = Tensor::wrap(buf.data<float>(), {n, V}, DType::kF32);
-      ops::copy(logits.narrow(0, first, n), staged);  // returns once the rows have arrived
-      std::memcpy(result.data<float>() + first * V, buf.data<float>(),
-                  static_cast<size_t>(n * V) * sizeof(float));
-    }
-  });
+  step(batch, observer, [&](Rank& r, Tensor& logits) { result = to_host(r, logits); });
+  return result;
+}
+
+Tensor ModelRunner::forward_keep_hidden(const ForwardBatch& batch) {
+  Tensor result;
+  step(
+      batch, nullptr, [&](Rank& r, Tensor& logits) { result = to_host(r, logits); }, true);
+  return result;
+}
+
+Tensor ModelRunner::forward_mtp(const ForwardBatch& batch, std::span<const int64_t> carry_rows) {
+  check_step(batch);
+  if (!mtp_ || num_mtp_layers() == 0)
+    raise<InternalError>("forward_mtp on a runner without its MTP layers");
+  const int64_t N = batch.num_tokens();
+  if (static_cast<int64_t>(carry_rows.size()) != N)
+    raise<InternalError>("forward_mtp: {} carry rows for {} tokens", carry_rows.size(), N);
+  std::vector<int32_t> rows(carry_rows.begin(), carry_rows.end());
+  broadcast(RunnerOp::kForwardMtp, std::vector<int64_t>(carry_rows.begin(), carry_rows.end()),
+            &batch);
+  Tensor result;
+  run_on_all_ranks(
+      [&](Rank& r) {
+        const int64_t H = r.model->config().hidden_size;
+        for (int32_t row : rows)
+          if (!r.carry.defined() || row < 0 || row >= r.carry.dim(0))
+            raise<InternalError>("forward_mtp: carry row {} outside the carry", row);
+        Allocator::StepScope scope(*r.alloc);
+        {
+          const DType act = activation_dtype(r.device);
+          Tensor index = Tensor::wrap(rows.data(), {N}, DType::kI32);
+          if (!r.device.is_cpu()) {
+            Tensor dev = Tensor::empty({N}, DType::kI32, MemTag::kActivation, *r.alloc);
+            ops::copy(index, dev);
+            index = dev;
+          }
+          Tensor prev = Tensor::empty({N, H}, act, MemTag::kActivation, *r.alloc);
+          ops::gather_rows(r.carry, index, prev);
+          Tensor hidden;
+          Tensor logits = r.model->forward_mtp(batch, prev, r.kv, hidden);
+          Tensor dst = r.carry.narrow(0, 0, N);
+          ops::copy(hidden, dst);
+          if (r.index == 0) result = to_host(r, logits);
+        }
+        scope.close();
+      },
+      "the MTP step");
   return result;
 }
 

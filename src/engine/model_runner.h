@@ -52,6 +52,9 @@ struct RunnerOptions {
   bool enforce_eager = false;
   // Weight-loading progress of every rank (model/model_weights.h), e.g. a progress bar.
   WeightLoadProgress load_progress = nullptr;
+  // Speculative decoding: also load the checkpoint's MTP layers, give the KV cache their layers
+  // and keep a step's final hidden states on each rank for forward_mtp (its "carry").
+  bool mtp = false;
 };
 
 class ModelRunner {
@@ -63,6 +66,8 @@ class ModelRunner {
 
   const io::ModelConfig& config() const;
   ops::TopkTieOrder topk_tie_order() const;
+  // The MTP layers loaded (RunnerOptions::mtp), 0 without.
+  int64_t num_mtp_layers() const;
   // Rank 0's device.
   Device device() const { return device_; }
   int tp_size() const { return tp_size_; }
@@ -99,6 +104,10 @@ class ModelRunner {
   // that returns results (rank 0), the sampled ids and logprobs and a logits buffer of
   // max_num_seqs rows of `vocab` floats through which larger readbacks go in chunks.
   static int64_t host_buffer_bytes(const ServingLimits& limits, int64_t vocab, bool returns);
+  // Device memory a rank of an MTP runner holds for its carry at `limits`: the final hidden
+  // states of one step's tokens (max_num_batched_tokens rows of hidden_size), 0 without MTP.
+  static int64_t mtp_carry_bytes(const ServingLimits& limits, const io::ModelConfig& c,
+                                 Device device, bool mtp);
 
   // CUDA graphs for decode (engine/decode_graphs.h), decided once at construction: "" when this
   // runner captures them once a memory plan is applied (a meta runner plans for them), else why
@@ -138,6 +147,14 @@ class ModelRunner {
   SampledRows forward_sample(const ForwardBatch& batch, const std::vector<ops::RowSampling>& rows,
                              const ForwardObserver& observer = nullptr,
                              const MaskSource& masks = nullptr);
+  // Speculative decoding (an MTP runner): forward(), each rank keeping every token's final hidden
+  // state (after model.norm) in its carry, row t for the batch's token t. Never a graph replay.
+  Tensor forward_keep_hidden(const ForwardBatch& batch);
+  // The MTP layer (Model::forward_mtp) over `batch` on every rank, token t's previous hidden
+  // state being carry row carry_rows[t] (rows of the last forward_keep_hidden or forward_mtp);
+  // the carry then holds this step's block outputs, row t for token t (the next draft's input).
+  // Logits of the batch's logit rows, f32, host memory. Always eager.
+  Tensor forward_mtp(const ForwardBatch& batch, std::span<const int64_t> carry_rows);
 
   // The limits of the memory plan applied to this runner (apply_plan), if any: an engine over
   // this runner must serve with exactly these.
@@ -153,9 +170,13 @@ class ModelRunner {
   struct Rank;
   // `bounded` (the job's name) bounds the wait by World::timeout() under mpirun on GPUs.
   void run_on_all_ranks(const std::function<void(Rank&)>& fn, const char* bounded = nullptr);
-  // One forward on every rank; `finish` runs on rank 0's thread with its logits.
+  // One forward on every rank; `finish` runs on rank 0's thread with its logits. `keep_hidden`:
+  // the final hidden states go to each rank's carry.
   void step(const ForwardBatch& batch, const ForwardObserver& observer,
-            const std::function<void(Rank&, Tensor&)>& finish);
+            const std::function<void(Rank&, Tensor&)>& finish, bool keep_hidden = false);
+  void check_step(const ForwardBatch& batch) const;
+  // Rank 0's logits of a step, copied to host memory of their own.
+  static Tensor to_host(Rank& r, const Tensor& logits);
   void stop_workers();
   // A step served by a captured graph (tp 1): pads `batch` to `bucket` and replays.
   void replay(const ForwardBatch& batch, int64_t bucket,
@@ -181,6 +202,7 @@ class ModelRunner {
   Device device_;
   bool sequence_parallel_ = false;
   int ranks_per_device_ = 1;
+  bool mtp_ = false;
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
   std::optional<ServingLimits> planned_limits_;

@@ -46,6 +46,7 @@ void Scheduler::preempt(Sequence* seq) {
   running_.erase(std::find(running_.begin(), running_.end(), seq));
   blocks_.free(seq->block_table);
   seq->num_computed = 0;
+  seq->drafts.clear();
   waiting_.push_front(seq);
   ++preemptions_;
 }
@@ -69,7 +70,10 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
       --i;
       continue;
     }
-    const int64_t n = std::min(static_cast<int64_t>(s->tokens.size()) - s->num_computed, budget);
+    // The drafts count against the budget like any token; a short budget verifies fewer.
+    const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
+    const int64_t n = std::min(pending + s->drafts.size(), budget);
+    s->drafts.truncate(std::max<int64_t>(0, n - pending));
     // Victims come from the back, past every sequence already scheduled this step.
     while (s && !blocks_.allocate(s->block_table, s->num_computed + n)) {
       Sequence* victim = running_.back();
@@ -78,7 +82,7 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
       if (victim == s) s = nullptr;
     }
     if (!s) break;
-    out_.push_back({s, n});
+    out_.push_back({s, n, s->drafts.size()});
     budget -= n;
   }
   // Admitting while others were just preempted would only thrash.
@@ -114,9 +118,10 @@ void Scheduler::bound_logit_rows() {
   int64_t rows = 0;
   for (const ScheduledChunk& c : out_) {
     const Sequence& s = *c.seq;
-    rows += s.chunk_has_all_logits()
-                ? c.num_new
-                : (s.num_computed + c.num_new == static_cast<int64_t>(s.tokens.size()) ? 1 : 0);
+    rows += s.chunk_has_all_logits() ? c.num_new
+            : s.num_computed + c.num_new - c.num_drafts == static_cast<int64_t>(s.tokens.size())
+                ? 1 + c.num_drafts
+                : 0;
   }
   for (size_t i = out_.size(); i-- > 0 && rows > max_rows;) {
     if (!out_[i].seq->chunk_has_all_logits()) continue;
@@ -130,7 +135,7 @@ void Scheduler::bound_logit_rows() {
 void Scheduler::commit() {
   for (const ScheduledChunk& c : out_) {
     Sequence& s = *c.seq;
-    s.num_computed += c.num_new;
+    s.num_computed += c.num_new - c.num_drafts;
     if (!blocks_.prefix_caching()) continue;
     blocks_.extend_hashes(std::span(s.tokens).first(s.num_computed), s.block_hashes);
     const auto full =

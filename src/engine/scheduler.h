@@ -19,17 +19,22 @@ namespace mls {
 struct SchedulerConfig {
   int64_t max_num_batched_tokens = 8192;
   int64_t max_num_seqs = 256;
+  int64_t num_speculative_tokens = 0;  // k: a decode verifies up to k drafts
 };
 
 // Most logits rows a step may produce: what the memory planner profiles (one row per
-// sequence of its worst-case step). Prompt-logprob chunks are shortened to stay within it.
+// sequence of its worst-case step, k + 1 per verifying one). Prompt-logprob chunks are
+// shortened to stay within it.
 inline int64_t max_logit_rows(const SchedulerConfig& cfg) {
-  return std::min(cfg.max_num_seqs, cfg.max_num_batched_tokens);
+  return std::min(cfg.max_num_seqs * (1 + cfg.num_speculative_tokens), cfg.max_num_batched_tokens);
 }
 
 struct ScheduledChunk {
   Sequence* seq = nullptr;
-  int64_t num_new = 0;  // tokens from seq->num_computed on
+  int64_t num_new = 0;  // tokens from seq->num_computed on, the drafts included
+  // Of num_new: the sequence's drafts, verified after its last token (each a logits row and a
+  // token of the budget). A step's budget may verify fewer than were drafted.
+  int64_t num_drafts = 0;
 };
 
 class Scheduler {
@@ -48,7 +53,8 @@ class Scheduler {
   // Sequences the last schedule() dropped because they alone need more KV blocks than the pool
   // holds: requeuing one would block the queue forever, so the engine ends it (abort).
   const std::vector<Sequence*>& unschedulable() const { return unschedulable_; }
-  // After the forward: advances num_computed of the scheduled chunks and publishes full blocks.
+  // After the forward: advances num_computed of the scheduled chunks over their tokens (not their
+  // drafts: the engine counts the accepted ones) and publishes full blocks of committed tokens.
   void commit();
 
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }

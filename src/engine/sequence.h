@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/speculative_round.h"
 
 namespace mls {
 
@@ -27,6 +28,9 @@ struct Sequence {
   // cached prefix blocks (their positions would have no logits).
   bool prompt_logits = false;
   std::unique_ptr<TokenConstraint> constraint;  // this sample's position in its constraint
+  // Speculative decoding: the drafts after the last token that the next step scheduling this
+  // sequence verifies (their KV is written then, past num_computed); dropped on preemption.
+  DraftRound drafts;
 
   int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   bool finished() const { return finish != FinishReason::kNone; }

@@ -19,6 +19,9 @@ struct ServingLimits {
   // set that the pool cannot hold fails start-up with the largest that fits.
   int64_t max_model_len = 0;
   int64_t block_size = 64;  // tokens per KV block
+  // Speculative decoding with the MTP layer (--speculative-config): k drafts per decode, 0 off.
+  // The plan profiles the verify and draft steps only when it is set.
+  int64_t num_speculative_tokens = 0;
 
   bool operator==(const ServingLimits&) const = default;
   std::string str() const;

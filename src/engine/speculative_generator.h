@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/speculative_round.h"
 #include "engine/speculative_stats.h"
 #include "engine/token_constraint.h"
 #include "model/model.h"
@@ -26,12 +27,6 @@ struct SpeculativeResult {
   std::vector<int32_t> output_ids;
   SpeculativeStats stats;
 };
-
-// Test seam: replaces the token the MTP layer drafted for sequence position `position` (forces
-// drafts right or wrong, so that every acceptance length is exercised on random MTP weights).
-// With it every draft's q is the point mass at the token it returns, as a deterministic
-// drafter's (exact for sampled output when the token does not depend on `drafted`).
-using DraftOverride = std::function<int32_t(int64_t position, int32_t drafted)>;
 
 struct SpeculativeOptions {
   int64_t num_speculative_tokens = 1;  // k

@@ -48,6 +48,10 @@ class Reader {
   size_t pos_ = 0;
 };
 
+bool carries_batch(RunnerOp op) {
+  return op == RunnerOp::kForward || op == RunnerOp::kForwardMtp;
+}
+
 }  // namespace
 
 void encode(const RunnerCommand& cmd, std::vector<uint8_t>& out) {
@@ -55,7 +59,7 @@ void encode(const RunnerCommand& cmd, std::vector<uint8_t>& out) {
   out.push_back(static_cast<uint8_t>(cmd.op));
   put(out, cmd.args.size());
   for (int64_t a : cmd.args) put_signed(out, a);
-  if (cmd.op != RunnerOp::kForward) return;
+  if (!carries_batch(cmd.op)) return;
   int64_t total = 0;
   for (const SequenceChunk& s : cmd.batch.seqs) total += s.num_new;
   if (total != cmd.batch.num_tokens())
@@ -90,7 +94,7 @@ void decode(std::span<const uint8_t> bytes, RunnerCommand& cmd) {
   cmd.batch.token_ids.clear();
   cmd.batch.seqs.clear();
   cmd.observe = false;
-  if (cmd.op == RunnerOp::kForward) {
+  if (carries_batch(cmd.op)) {
     cmd.observe = r.get() != 0;
     cmd.batch.seqs.resize(r.count());
     for (SequenceChunk& s : cmd.batch.seqs) {

@@ -1,8 +1,8 @@
 // What the leader process's model runner sends the follower processes (docs/multi-node.md):
-// one command per runner call, a step being its ForwardBatch. Sampling rows are not sent: the
-// logits rows are drawn on rank 0's device, which is the leader's. The encoding is compact for
-// the per-step case: LEB128 varints, block tables as zigzag deltas (consecutive blocks take one
-// byte each), token ids as varints.
+// one command per runner call, a step (target or MTP layer) being its ForwardBatch. Sampling rows
+// are not sent: the logits rows are drawn on rank 0's device, which is the leader's. The encoding
+// is compact for the per-step case: LEB128 varints, block tables as zigzag deltas (consecutive
+// blocks take one byte each), token ids as varints.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 namespace mls {
 
 enum class RunnerOp : uint8_t {
-  kForward,               // batch, observe
+  kForward,               // batch, observe; args {keep_hidden} (ModelRunner::forward_keep_hidden)
   kAllocateKv,            // args {num_blocks, block_size, table_rows, table_cols, tokens}
   kReleaseKv,             //
   kSetMeta,               // args {on}
@@ -23,6 +23,7 @@ enum class RunnerOp : uint8_t {
   kSetLimits,             // args: one allocator limit per rank of the group
   kUntrackedBytes,        // followers answer with their ranks' untracked device bytes (gathered)
   kReserveStepWorkspace,  // args: one step workspace size per rank of the group
+  kForwardMtp,            // batch; args: the carry row of each token (ModelRunner::forward_mtp)
   kStop,                  // the leader's runner is gone: followers return from follow()
 };
 

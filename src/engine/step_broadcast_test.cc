@@ -44,6 +44,38 @@ TEST(StepBroadcast, ForwardCommandsRoundTrip) {
   EXPECT_TRUE(same(in.batch, out.batch));
 }
 
+// The MTP layer's steps carry their batch and each token's carry row; a speculative target
+// step says it keeps its hidden states.
+TEST(StepBroadcast, MtpAndKeepHiddenCommandsRoundTrip) {
+  RunnerCommand in{.op = RunnerOp::kForwardMtp, .batch = {}, .observe = false, .args = {4, 0, 9}};
+  in.batch.token_ids = {17, 2, 151000};
+  in.batch.seqs.push_back({.num_cached = 30,
+                           .num_new = 2,
+                           .block_table = {3, 1},
+                           .prompt_len = 20,
+                           .logits = SequenceChunk::Logits::kLast});
+  in.batch.seqs.push_back({.num_cached = 7,
+                           .num_new = 1,
+                           .block_table = {8},
+                           .prompt_len = 7,
+                           .logits = SequenceChunk::Logits::kNone});
+  std::vector<uint8_t> wire;
+  encode(in, wire);
+  RunnerCommand out;
+  decode(wire, out);
+  EXPECT_EQ(out.op, RunnerOp::kForwardMtp);
+  EXPECT_EQ(out.args, in.args);
+  EXPECT_TRUE(same(in.batch, out.batch));
+  in.op = RunnerOp::kForward;
+  in.args = {1};
+  in.batch.seqs[0].logits = SequenceChunk::Logits::kAll;
+  encode(in, wire);
+  decode(wire, out);
+  EXPECT_EQ(out.op, RunnerOp::kForward);
+  EXPECT_EQ(out.args, std::vector<int64_t>{1});
+  EXPECT_TRUE(same(in.batch, out.batch));
+}
+
 TEST(StepBroadcast, ArgumentsRoundTripAndForwardStateIsCleared) {
   RunnerCommand in{.op = RunnerOp::kSetLimits,
                    .batch = {},

@@ -167,6 +167,21 @@ std::string Metrics::render(const EngineStats& s) const {
           static_cast<double>(s.prompt_tokens));
   counter("vllm:generation_tokens", "Number of generation tokens processed.",
           static_cast<double>(s.generation_tokens));
+  // Speculative decoding, only when it is on (k draft positions).
+  if (!s.spec.accepted_per_position.empty()) {
+    counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+            static_cast<double>(s.spec.num_drafts));
+    counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+            static_cast<double>(s.spec.num_draft_tokens));
+    counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+            static_cast<double>(s.spec.num_accepted_tokens));
+    header(out, "vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
+           "Accepted tokens per draft position.");
+    for (size_t i = 0; i < s.spec.accepted_per_position.size(); ++i)
+      out += fmt::format(
+          "vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", labels_,
+          i, s.spec.accepted_per_position[i]);
+  }
 
   std::lock_guard lock(mu_);
   header(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.");

@@ -61,6 +61,30 @@ TEST(Metrics, RendersVllmNamesInTextFormat) {
     EXPECT_NE(text.find(want), std::string::npos) << want;
 }
 
+// Speculative decoding's counters appear with vLLM's names only when it is on.
+TEST(Metrics, SpeculativeDecodingCountersOnlyWhenOn) {
+  Metrics m("m");
+  EngineStats s;
+  EXPECT_EQ(m.render(s).find("spec_decode"), std::string::npos);
+  s.spec = SpeculativeStats(3);
+  s.spec.num_drafts = 7;
+  s.spec.num_draft_tokens = 19;
+  s.spec.num_accepted_tokens = 11;
+  s.spec.accepted_per_position = {6, 4, 1};
+  const std::string text = m.render(s);
+  expect_prometheus_text(text);
+  const std::string label = "model_name=\"m\"";
+  for (const std::string& want : std::vector<std::string>{
+           "# TYPE vllm:spec_decode_num_drafts counter\n",
+           "vllm:spec_decode_num_drafts_total{" + label + "} 7\n",
+           "vllm:spec_decode_num_draft_tokens_total{" + label + "} 19\n",
+           "vllm:spec_decode_num_accepted_tokens_total{" + label + "} 11\n",
+           "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n",
+           "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + label + ",position=\"0\"} 6\n",
+           "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + label + ",position=\"2\"} 1\n"})
+    EXPECT_NE(text.find(want), std::string::npos) << want;
+}
+
 // Every metric vLLM's reference Grafana dashboard
 // (examples/online_serving/prometheus_grafana/grafana.json) queries, and the rest of vLLM's
 // request-level set, as they appear in the exposition.

@@ -1,0 +1,549 @@
+// Speculative decoding with the MTP layer in the serving engine (docs/speculative-decoding.md):
+// on the tiny fixtures with a random MTP layer (model/mtp_test_checkpoint.h) and the demo model,
+// greedy output with k = 1..4 equals plain decoding token for token for batches of concurrent
+// requests of different lengths, with chunked prefill, preemption and prefix caching; drafts
+// forced right or wrong exercise every acceptance length; a seed repeats its sampled output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#ifdef MLASERVE_CUDA_RUNTIME
+#include "core/cuda_allocator.h"
+#endif
+#include "engine/chi_square_test_util.h"
+#include "engine/engine.h"
+#include "engine/memory_planner.h"
+#include "io/test_dir.h"
+#include "model/mtp_test_checkpoint.h"
+#include "test_data.h"
+
+namespace mls {
+namespace {
+
+// A fixture copy with a random MTP layer, and a runner over it with the layer loaded.
+struct MtpModel {
+  io::testing::TestDir dir;
+  std::unique_ptr<ModelRunner> runner;
+
+  explicit MtpModel(const std::filesystem::path& fixture, Device device = Device::cpu()) {
+    testing::write_mtp_checkpoint(fixture, dir.path(), 11);
+    runner = std::make_unique<ModelRunner>(
+        RunnerOptions{.model = dir.path(), .device = device, .mtp = true});
+  }
+};
+
+MtpModel& mtp_model(const std::string& fixture, const std::string& device = "cpu") {
+  static std::map<std::string, std::unique_ptr<MtpModel>> models;
+  auto& m = models[fixture + "@" + device];
+  if (!m) m = std::make_unique<MtpModel>(kTestData / fixture, parse_device(device));
+  return *m;
+}
+
+bool have_gpu() {
+#ifdef MLASERVE_CUDA_RUNTIME
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+struct Pool {
+  int64_t block_size = 16;
+  int64_t num_blocks = 512;
+};
+
+struct Outcome {
+  std::vector<std::vector<int32_t>> tokens;  // per request (one sample each)
+  EngineStats stats;
+};
+
+// Runs the jobs as one batch (all added before the first step) with k speculative tokens.
+Outcome run(ModelRunner& r, const std::vector<Job>& jobs, int64_t k, const Pool& pool = {},
+            EngineConfig cfg = {}, const Engine::RequestDraftOverride& forced = nullptr) {
+  r.allocate_kv_cache(pool.num_blocks, pool.block_size);
+  cfg.limits.num_speculative_tokens = k;
+  Engine engine(r, cfg);
+  if (forced) engine.set_draft_override(forced);
+  Outcome out;
+  out.tokens.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i)
+    engine.add_request({.id = std::to_string(i),
+                        .prompt_ids = jobs[i].prompt,
+                        .params = jobs[i].params,
+                        .on_token =
+                            [&out, i](const TokenEvent& ev) {
+                              if (ev.token_id >= 0) out.tokens[i].push_back(ev.token_id);
+                              return Verdict::kContinue;
+                            },
+                        .constraint = nullptr});
+  while (engine.step()) {
+  }
+  out.stats = engine.stats();
+  return out;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
+  std::uniform_int_distribution<int32_t> id(2, 1023);
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = id(rng);
+  return p;
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Ten requests, prompts of 1..150 tokens, outputs of 4..30.
+std::vector<Job> mixed_jobs(uint32_t seed = 1234) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> len(2, 150), out(4, 30);
+  std::vector<Job> jobs;
+  while (jobs.size() < 10) {
+    const int l = jobs.empty() ? 1 : jobs.size() == 1 ? 150 : len(rng);
+    jobs.push_back({random_prompt(rng, l), greedy(out(rng))});
+  }
+  return jobs;
+}
+
+// Drafts equal to plain greedy's next token (from `want`), except at positions where
+// position % wrong_every == 0 (0: never), which get a wrong one.
+Engine::RequestDraftOverride forced_drafts(const std::vector<Job>& jobs,
+                                           const std::vector<std::vector<int32_t>>& want,
+                                           int64_t wrong_every) {
+  return [&jobs, &want, wrong_every](const std::string& id, int64_t position, int32_t drafted) {
+    const auto i = static_cast<size_t>(std::stoi(id));
+    const int64_t out = position - static_cast<int64_t>(jobs[i].prompt.size());
+    const int32_t right =
+        out < static_cast<int64_t>(want[i].size()) ? want[i][static_cast<size_t>(out)] : drafted;
+    if (wrong_every > 0 && position % wrong_every == 0) return right == 5 ? 6 : 5;
+    return right;
+  };
+}
+
+const char* const kFixtures[] = {"tiny-glm5", "tiny-dsv32", "tiny-dsv3"};
+
+TEST(SpeculativeEngine, GreedyEqualsPlainForEveryKOnEveryFamily) {
+  for (const char* fixture : kFixtures) {
+    SCOPED_TRACE(fixture);
+    ModelRunner& r = *mtp_model(fixture).runner;
+    const auto jobs = mixed_jobs();
+    const Outcome plain = run(r, jobs, 0);
+    EXPECT_EQ(plain.stats.spec.num_drafts, 0);
+    for (int64_t k = 1; k <= 4; ++k) {
+      SCOPED_TRACE(k);
+      const auto t0 = std::chrono::steady_clock::now();
+      const Outcome spec = run(r, jobs, k);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_EQ(spec.tokens, plain.tokens);
+      EXPECT_GT(spec.stats.spec.num_drafts, 0);
+      EXPECT_EQ(spec.stats.generation_tokens, plain.stats.generation_tokens);
+      std::printf("%s k=%lld: %lld rounds, %lld drafts, %lld accepted (%.2f s)\n", fixture,
+                  static_cast<long long>(k), static_cast<long long>(spec.stats.spec.num_drafts),
+                  static_cast<long long>(spec.stats.spec.num_draft_tokens),
+                  static_cast<long long>(spec.stats.spec.num_accepted_tokens), s);
+    }
+  }
+}
+
+// Drafts forced right are all accepted (a round emits k + 1 tokens); right except at every
+// third position, every acceptance length occurs; the output is plain greedy's either way.
+TEST(SpeculativeEngine, ForcedDraftsAreAcceptedUpToTheFirstWrongOne) {
+  ModelRunner& r = *mtp_model("tiny-glm5").runner;
+  const auto jobs = mixed_jobs(77);
+  const Outcome plain = run(r, jobs, 0);
+  for (int64_t k : {1, 3, 4}) {
+    SCOPED_TRACE(k);
+    const Outcome right = run(r, jobs, k, {}, {}, forced_drafts(jobs, plain.tokens, 0));
+    EXPECT_EQ(right.tokens, plain.tokens);
+    EXPECT_EQ(right.stats.spec.num_accepted_tokens, right.stats.spec.num_draft_tokens);
+    EXPECT_GT(right.stats.spec.accepted_per_position[static_cast<size_t>(k - 1)], 0);
+    const Outcome mixed = run(r, jobs, k, {}, {}, forced_drafts(jobs, plain.tokens, 3));
+    EXPECT_EQ(mixed.tokens, plain.tokens);
+    EXPECT_LT(mixed.stats.spec.num_accepted_tokens, mixed.stats.spec.num_draft_tokens);
+    EXPECT_GT(mixed.stats.spec.num_accepted_tokens, 0);
+  }
+}
+
+// Chunked prefill (budgets of 7 and 48 tokens, drafts included), preemption (a pool of 15
+// blocks of 16 holds any one request but not the batch) and block sizes of 1 and 64, with
+// drafts mostly right so that rounds carry several tokens.
+TEST(SpeculativeEngine, ChunkingPreemptionAndBlockSizesKeepGreedyExact) {
+  for (const char* fixture : {"tiny-glm5", "tiny-dsv3"}) {
+    SCOPED_TRACE(fixture);
+    ModelRunner& r = *mtp_model(fixture).runner;
+    const auto jobs = mixed_jobs(5);
+    const Outcome plain = run(r, jobs, 0);
+    const auto forced = forced_drafts(jobs, plain.tokens, 4);
+    for (int64_t budget : {7, 48}) {
+      EngineConfig cfg;
+      cfg.limits.max_num_batched_tokens = budget;
+      EXPECT_EQ(run(r, jobs, 3, {}, cfg, forced).tokens, plain.tokens) << "budget " << budget;
+      EXPECT_EQ(run(r, jobs, 2, {}, cfg).tokens, plain.tokens) << "budget " << budget;
+    }
+    for (int64_t bs : {1, 64})
+      EXPECT_EQ(run(r, jobs, 4, {bs, 6000 / bs}, {}, forced).tokens, plain.tokens) << "bs " << bs;
+    EngineConfig cfg;
+    cfg.limits.max_num_batched_tokens = 64;
+    const Outcome preempted = run(r, jobs, 3, {16, 15}, cfg, forced);
+    EXPECT_EQ(preempted.tokens, plain.tokens);
+    EXPECT_GT(preempted.stats.num_preemptions, 0);
+  }
+}
+
+// Requests sharing prefixes, one after another: later ones take cached blocks (only committed
+// tokens' blocks are published) and still decode exactly.
+TEST(SpeculativeEngine, PrefixCachingKeepsGreedyExact) {
+  ModelRunner& r = *mtp_model("tiny-dsv32").runner;
+  std::mt19937 rng(3);
+  const auto shared = random_prompt(rng, 70);
+  std::vector<Job> jobs;
+  for (int i = 0; i < 8; ++i) {
+    auto p = shared;
+    const auto tail = random_prompt(rng, 3 + 11 * i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    jobs.push_back({p, greedy(12 + i)});
+  }
+  EngineConfig no_cache;
+  no_cache.enable_prefix_caching = false;
+  const Outcome plain = run(r, jobs, 0, {}, no_cache);
+  const auto forced = forced_drafts(jobs, plain.tokens, 5);
+  // One at a time through one engine, so that each finds the earlier ones' blocks.
+  for (int64_t k : {1, 3}) {
+    r.allocate_kv_cache(512, 16);
+    EngineConfig cfg;
+    cfg.limits.num_speculative_tokens = k;
+    Engine engine(r, cfg);
+    engine.set_draft_override(forced);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      std::vector<int32_t> got;
+      engine.add_request({.id = std::to_string(i),
+                          .prompt_ids = jobs[i].prompt,
+                          .params = jobs[i].params,
+                          .on_token =
+                              [&got](const TokenEvent& ev) {
+                                if (ev.token_id >= 0) got.push_back(ev.token_id);
+                                return Verdict::kContinue;
+                              },
+                          .constraint = nullptr});
+      while (engine.step()) {
+      }
+      EXPECT_EQ(got, plain.tokens[i]) << "request " << i << ", k " << k;
+    }
+    EXPECT_GE(engine.stats().prefix_cache_hits, 7 * 64);
+  }
+}
+
+// Sampled output (temperature 1, seeded): a seed repeats its output with MTP on, whatever the
+// batch around it; top_k 1 is greedy.
+TEST(SpeculativeEngine, ASeedRepeatsItsSampledOutput) {
+  ModelRunner& r = *mtp_model("tiny-glm5").runner;
+  auto jobs = mixed_jobs(9);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].params.temperature = 1.0;
+    jobs[i].params.seed = 100 + i;
+  }
+  const Outcome a = run(r, jobs, 3);
+  EXPECT_EQ(run(r, jobs, 3).tokens, a.tokens);
+  EXPECT_GT(a.stats.spec.num_drafts, 0);
+  // Alone, and in a chunked batch: the same tokens.
+  EXPECT_EQ(run(r, {jobs[3]}, 3).tokens[0], a.tokens[3]);
+  EngineConfig chunked;
+  chunked.limits.max_num_batched_tokens = 40;
+  EXPECT_EQ(run(r, jobs, 3, {}, chunked).tokens, a.tokens);
+
+  auto top1 = mixed_jobs(9);
+  const Outcome plain = run(r, top1, 0);
+  for (Job& j : top1) {
+    j.params.temperature = 1.0;
+    j.params.top_k = 1;
+    j.params.seed = 5;
+  }
+  EXPECT_EQ(run(r, top1, 2).tokens, plain.tokens);
+}
+
+// The target's distribution of the token after `tokens` (the prompt's first `prompt_len`).
+std::vector<double> target_probs(ModelRunner& runner, const std::vector<int32_t>& tokens,
+                                 size_t prompt_len, const SamplingParams& p) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  runner.allocate_kv_cache(1, n);
+  ForwardBatch batch;
+  batch.token_ids = tokens;
+  batch.seqs.push_back({.num_cached = 0,
+                        .num_new = n,
+                        .block_table = {0},
+                        .prompt_len = static_cast<int64_t>(prompt_len)});
+  const Tensor logits = runner.forward(batch);
+  const int64_t vocab = runner.config().vocab_size;
+  Sampler sampler(vocab);
+  SampleInput in;
+  in.params = &p;
+  in.prompt = std::span(tokens).first(prompt_len);
+  in.output = std::span(tokens).subspan(prompt_len);
+  std::vector<double> probs(static_cast<size_t>(vocab));
+  sampler.distribution(logits.data<float>(), in, probs);
+  return probs;
+}
+
+// Sampled output through the engine follows the target: 400 seeded requests (temperature 1,
+// top_k 3, k = 2) in one batch, odd seeds drafting with the MTP layer and even ones forced to
+// the target's greedy second token (accepted with its probability), fit the target's joint
+// distribution of the first two tokens: chi-square p-value > 1e-4, drafts both accepted and
+// rejected.
+TEST(SpeculativeEngine, SampledOutputFollowsTheTarget) {
+  ModelRunner& r = *mtp_model("tiny-glm5").runner;
+  const std::vector<int32_t> prompt = {1, 17, 300, 45, 999, 2, 64, 128, 7, 511, 33};
+  const std::vector<int32_t> greedy_out = run(r, {{prompt, greedy(2)}}, 0).tokens[0];
+  SamplingParams p;
+  p.top_k = 3;
+  p.max_tokens = 3;  // the second token is drafted (none is past the last)
+  p.ignore_eos = true;
+  std::vector<Job> jobs;
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    p.seed = seed;
+    jobs.push_back({prompt, p});
+  }
+  const auto second = static_cast<int64_t>(prompt.size()) + 1;
+  const auto forced = [&](const std::string& id, int64_t position, int32_t drafted) {
+    return std::stoi(id) % 2 == 0 && position == second ? greedy_out[1] : drafted;
+  };
+  const Outcome got = run(r, jobs, 2, {16, 2048}, {}, forced);
+  EXPECT_GT(got.stats.spec.num_accepted_tokens, 0);
+  EXPECT_LT(got.stats.spec.num_accepted_tokens, got.stats.spec.num_draft_tokens);
+  const int64_t vocab = r.config().vocab_size;
+  const auto cell = [&](int32_t t0, int32_t t1) { return static_cast<size_t>(t0 * vocab + t1); };
+  std::vector<int64_t> counts(static_cast<size_t>(vocab * vocab), 0);
+  for (const auto& t : got.tokens) {
+    ASSERT_EQ(t.size(), 3u);
+    ++counts[cell(t[0], t[1])];
+  }
+  std::vector<double> expected(counts.size(), 0.0);
+  const std::vector<double> first = target_probs(r, prompt, prompt.size(), p);
+  for (int32_t t0 = 0; t0 < vocab; ++t0) {
+    if (first[static_cast<size_t>(t0)] == 0) continue;
+    std::vector<int32_t> tokens = prompt;
+    tokens.push_back(t0);
+    const std::vector<double> next = target_probs(r, tokens, prompt.size(), p);
+    for (int32_t t1 = 0; t1 < vocab; ++t1)
+      expected[cell(t0, t1)] = first[static_cast<size_t>(t0)] * next[static_cast<size_t>(t1)];
+  }
+  EXPECT_GT(testing::chi_square_p_value(counts, expected), 1e-4);
+}
+
+// Requests that cannot draft (n > 1, logprobs, prompt logprobs) decode plainly in the same
+// steps as drafting ones, with their own outputs unchanged.
+TEST(SpeculativeEngine, RequestsThatCannotDraftDecodePlainlyBesideDraftingOnes) {
+  ModelRunner& r = *mtp_model("tiny-dsv3").runner;
+  auto jobs = mixed_jobs(21);
+  jobs[1].params.logprobs = 2;
+  jobs[2].params.prompt_logprobs = 1;
+  jobs[3].params.n = 2;
+  jobs[3].params.temperature = 0.8;
+  jobs[3].params.seed = 4;
+  const Outcome plain = run(r, jobs, 0);
+  const Outcome spec = run(r, jobs, 2);
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_GT(spec.stats.spec.num_drafts, 0);
+}
+
+// Stops inside an accepted round end the output there: stop ids, max_tokens and an owner's
+// kStop verdict, as plain decoding ends it.
+TEST(SpeculativeEngine, StopsInsideARoundEndTheOutputThere) {
+  ModelRunner& r = *mtp_model("tiny-glm5").runner;
+  auto jobs = mixed_jobs(31);
+  const Outcome plain = run(r, jobs, 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto& t = plain.tokens[i];
+    if (t.size() > 3) jobs[i].params.stop_token_ids = {t[t.size() / 2]};
+  }
+  const Outcome stopped_plain = run(r, jobs, 0);
+  const Outcome stopped = run(r, jobs, 4, {}, {}, forced_drafts(jobs, plain.tokens, 0));
+  EXPECT_EQ(stopped.tokens, stopped_plain.tokens);
+  EXPECT_LT(stopped.stats.generation_tokens, plain.stats.generation_tokens);
+}
+
+// On the GPU (eager draft and verify steps, the carry in device memory): greedy output with
+// k = 1..4 equals the GPU's own plain output, drafts forced mostly right, whole and chunked.
+TEST(SpeculativeEngine, GpuGreedyEqualsPlain) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
+  for (const char* fixture : kFixtures) {
+    SCOPED_TRACE(fixture);
+    ModelRunner& r = *mtp_model(fixture, "cuda").runner;
+    const auto jobs = mixed_jobs(41);
+    const Outcome plain = run(r, jobs, 0);
+    const auto forced = forced_drafts(jobs, plain.tokens, 4);
+    for (int64_t k = 1; k <= 4; ++k) {
+      SCOPED_TRACE(k);
+      EXPECT_EQ(run(r, jobs, k).tokens, plain.tokens);
+      const Outcome right = run(r, jobs, k, {}, {}, forced);
+      EXPECT_EQ(right.tokens, plain.tokens);
+      EXPECT_GT(right.stats.spec.num_accepted_tokens, 0);
+    }
+    EngineConfig chunked;
+    chunked.limits.max_num_batched_tokens = 48;
+    EXPECT_EQ(run(r, jobs, 3, {}, chunked, forced).tokens, plain.tokens);
+  }
+}
+
+// The engine refuses speculative limits on a runner without the MTP layer.
+TEST(SpeculativeEngine, NeedsTheMtpLayer) {
+  ModelRunner r(RunnerOptions{.model = kTestData / "tiny-dsv3"});
+  r.allocate_kv_cache(16, 16);
+  EngineConfig cfg;
+  cfg.limits.num_speculative_tokens = 2;
+  EXPECT_THROW(Engine(r, cfg), InvalidArgument);
+}
+
+// The memory plan of a speculative server counts the MTP layer's KV and carry and profiles the
+// verify and MTP steps (meta equals real); serving under it, with a pool small enough to
+// preempt, never passes the profiled workspace; an engine with another k is refused.
+TEST(SpeculativeEngine, PlannedServingStaysInsideThePlan) {
+  ModelRunner& runner = *mtp_model("tiny-glm5").runner;
+  const io::ModelConfig& c = runner.config();
+  const ServingLimits limits{.max_num_batched_tokens = 128,
+                             .max_num_seqs = 8,
+                             .max_model_len = 256,
+                             .block_size = 16,
+                             .num_speculative_tokens = 3};
+  const int64_t per_token = KvCache::bytes_per_token(c, DType::kF32, /*mtp=*/true);
+  EXPECT_GT(per_token, KvCache::bytes_per_token(c, DType::kF32));
+  const PlanBudget budget{.device_bytes = int64_t{1} << 30,
+                          .utilization = 0.9,
+                          .kv_cache_memory_bytes = per_token * 16 * 24};
+  const MemoryPlan meta = plan_memory(runner, limits, budget, ProfileMode::kMeta);
+  const MemoryPlan plan = plan_memory(runner, limits, budget, ProfileMode::kReal);
+  EXPECT_EQ(meta.ranks[0].step_workspace_bytes, plan.ranks[0].step_workspace_bytes);
+  EXPECT_EQ(plan.ranks[0].kv_bytes_per_token, per_token);
+  EXPECT_EQ(plan.ranks[0].mtp_carry_bytes, 128 * c.hidden_size * 4);
+  EXPECT_EQ(plan.num_blocks, 24);
+  ServingLimits plain_limits = limits;
+  plain_limits.num_speculative_tokens = 0;
+  const MemoryPlan plain = plan_memory(runner, plain_limits, budget, ProfileMode::kMeta);
+  EXPECT_GT(plan.ranks[0].step_workspace_bytes, plain.ranks[0].step_workspace_bytes);
+  EXPECT_EQ(plain.ranks[0].mtp_carry_bytes, plan.ranks[0].mtp_carry_bytes);
+
+  apply_plan(runner, plan);  // from here an allocation past the plan throws
+  EXPECT_THROW(Engine(runner, {.limits = plain_limits}), InvalidArgument);
+  Engine engine(runner, {.limits = plan.limits});
+  std::mt19937 g(7);
+  int failed = 0;
+  for (int i = 0; i < 24; ++i) {
+    Request r;
+    r.id = std::to_string(i);
+    const int len = i % 3 == 0 ? 200 : 1 + static_cast<int>(g() % 60);
+    for (int j = 0; j < len; ++j) r.prompt_ids.push_back(2 + static_cast<int32_t>(g() % 1000));
+    r.params.max_tokens = std::min(256 - len, 48);
+    r.params.ignore_eos = true;
+    r.on_token = [&failed](const TokenEvent& ev) {
+      failed += ev.error != nullptr;
+      return Verdict::kContinue;
+    };
+    engine.add_request(std::move(r));
+  }
+  runner.allocator(0).reset_peaks();
+  const int64_t between_steps = runner.allocator(0).stats().current_total;
+  while (engine.step()) {
+  }
+  const RankPlan& p = plan.ranks[0];
+  EXPECT_LE(runner.allocator(0).stats().step_high_water, p.step_workspace_bytes);
+  EXPECT_LE(runner.allocator(0).stats().peak_total - between_steps,
+            p.step_workspace_bytes + p.step_comm_bytes);
+  EXPECT_GT(engine.stats().num_preemptions, 0) << "the pool should have been exhausted";
+  EXPECT_GT(engine.stats().spec.num_drafts, 0);
+  EXPECT_EQ(engine.stats().finished_requests, 24);
+  EXPECT_EQ(failed, 0);
+  // The runner serves the other tests unplanned again.
+  runner.set_memory_limits({-1});
+  runner.reserve_step_workspaces({0});
+}
+
+// The GLM-5-shaped model (bench/models/glm5-shaped, dummy weights) with an MTP layer, planned
+// for an H200 in meta mode (no GPU needed): the GPU's bf16 carry and the MTP steps traced
+// through the CUDA ops' contracts, the MTP layer's weights and KV counted.
+TEST(SpeculativeEngine, PlansTheGlm5ShapedModelWithMtpForAGpuInMetaMode) {
+  io::testing::TestDir dir;
+  const std::filesystem::path shaped =
+      std::filesystem::path(MLASERVE_SOURCE_DIR) / "bench/models/glm5-shaped";
+  auto config = nlohmann::json::parse(std::ifstream(shaped / "config.json"));
+  config["num_nextn_predict_layers"] = 1;
+  std::ofstream(dir / "config.json") << config.dump();
+  const auto plan_for = [&](bool mtp, int64_t k) {
+    ModelRunner runner({.model = dir.path(),
+                        .load_format = LoadFormat::kDummy,
+                        .device = Device::cuda(0),
+                        .meta = true,
+                        .mtp = mtp});
+    const ServingLimits limits{.max_num_batched_tokens = 8192,
+                               .max_num_seqs = 64,
+                               .max_model_len = 4096,
+                               .block_size = 64,
+                               .num_speculative_tokens = k};
+    return plan_memory(
+        runner, limits,
+        {.device_bytes = int64_t{140} << 30, .utilization = 0.9, .kv_cache_memory_bytes = {}},
+        ProfileMode::kMeta);
+  };
+  const MemoryPlan plain = plan_for(false, 0);
+  const MemoryPlan spec = plan_for(true, 3);
+  const RankPlan &a = plain.ranks[0], &b = spec.ranks[0];
+  EXPECT_GT(b.weights_bytes, a.weights_bytes);  // the MTP layer's
+  EXPECT_GT(b.kv_bytes_per_token, a.kv_bytes_per_token);
+  EXPECT_EQ(b.mtp_carry_bytes, int64_t{8192} * config["hidden_size"].get<int64_t>() * 2);
+  EXPECT_GE(b.step_workspace_bytes, a.step_workspace_bytes);
+  EXPECT_LT(spec.num_blocks, plain.num_blocks);
+  std::printf(
+      "glm5-shaped on an H200 (meta): MTP weights %.1f MiB, KV %lld -> %lld bytes/token, "
+      "carry %.1f MiB, step workspace %.1f -> %.1f MiB, KV tokens %lld -> %lld\n",
+      static_cast<double>(b.weights_bytes - a.weights_bytes) / (1 << 20),
+      static_cast<long long>(a.kv_bytes_per_token), static_cast<long long>(b.kv_bytes_per_token),
+      static_cast<double>(b.mtp_carry_bytes) / (1 << 20),
+      static_cast<double>(a.step_workspace_bytes) / (1 << 20),
+      static_cast<double>(b.step_workspace_bytes) / (1 << 20),
+      static_cast<long long>(plain.kv_tokens), static_cast<long long>(spec.kv_tokens));
+}
+
+// The demo model with a random MTP layer: the first 100 held-out samples (chat prompts, tool
+// calls among them) decode through the engine with MTP on exactly as with it off.
+TEST(SpeculativeEngine, DemoModelHeldOutSamplesAreExact) {
+  const std::filesystem::path demo =
+      std::filesystem::path(MLASERVE_SOURCE_DIR) / "models/demo-glm5";
+  MtpModel m(demo);
+  const auto golden = nlohmann::json::parse(std::ifstream(demo / "golden.json"));
+  std::vector<Job> jobs;
+  for (const auto& s : golden["heldout_eval"]) {
+    SamplingParams p = greedy(static_cast<int64_t>(s["target_ids"].size()) + 8);
+    p.ignore_eos = false;
+    jobs.push_back({s["prompt_ids"].get<std::vector<int32_t>>(), p});
+  }
+  ASSERT_EQ(jobs.size(), 100u);
+  EngineConfig cfg;
+  cfg.limits.max_num_seqs = 32;
+  const Outcome plain = run(*m.runner, jobs, 0, {16, 4096}, cfg);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome spec = run(*m.runner, jobs, 2, {16, 4096}, cfg);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  std::printf("demo-glm5, random MTP layer, k=2: 100 held-out samples in %.2f s, acceptance %.3f\n",
+              s, spec.stats.spec.acceptance_rate());
+}
+
+}  // namespace
+}  // namespace mls

@@ -1,0 +1,94 @@
+// One sequence's speculative round on hand-made logits (speculative_round.h): draws, the end of
+// a draft, rows the MTP layer cannot draft from, and greedy acceptance.
+#include "engine/speculative_round.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace mls {
+namespace {
+
+constexpr int64_t kVocab = 8;
+
+SpeculativeSequence view(const SamplingParams& p, const std::vector<int64_t>& stop) {
+  return {.params = &p, .seed = 1, .stop_ids = stop, .prompt_len = 2, .vocab = kVocab};
+}
+
+// A row whose largest logit is `top`.
+std::vector<float> row(int32_t top) {
+  std::vector<float> r(kVocab, 0.0f);
+  r[static_cast<size_t>(top)] = 5.0f;
+  return r;
+}
+
+TEST(SpeculativeRound, GreedyDraftsEndAtKOrAStopId) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const std::vector<int64_t> stop = {7};
+  Sampler sampler(kVocab);
+  SpeculativeStats stats(3);
+  const std::vector<int32_t> committed = {1, 2, 3};
+  Drafter d(view(greedy, stop), committed, nullptr, 3);
+  EXPECT_TRUE(d.add(sampler, row(4).data(), stats));
+  EXPECT_TRUE(d.add(sampler, row(5).data(), stats));
+  EXPECT_FALSE(d.add(sampler, row(6).data(), stats));  // the third of k = 3
+  DraftRound r = d.take();
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{4, 5, 6}));
+  EXPECT_EQ(r.q.size(), 3u);
+  EXPECT_TRUE(r.masks.empty());
+  r.truncate(1);
+  EXPECT_EQ(r.tokens, std::vector<int32_t>{4});
+
+  Drafter s(view(greedy, stop), committed, nullptr, 3);
+  EXPECT_FALSE(s.add(sampler, row(7).data(), stats));  // a stop id ends the draft after itself
+  EXPECT_EQ(s.take().tokens, std::vector<int32_t>{7});
+}
+
+// A row with a NaN or an infinity drafts nothing (and never reaches the sort of the sampler).
+TEST(SpeculativeRound, RowsThatAreNotFiniteDraftNothing) {
+  SamplingParams sampled;
+  Sampler sampler(kVocab);
+  SpeculativeStats stats(2);
+  const std::vector<int32_t> committed = {1, 2, 3};
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> r = row(4);
+    r[2] = bad;
+    Drafter d(view(sampled, {}), committed, nullptr, 2);
+    EXPECT_FALSE(d.add(sampler, r.data(), stats));
+    EXPECT_TRUE(d.take().tokens.empty());
+  }
+  EXPECT_EQ(stats.num_structure_rejected, 0);
+}
+
+// Greedy verification: drafts equal to the target's argmax are kept up to the first that is not,
+// where the target's own token follows; the round is counted.
+TEST(SpeculativeRound, GreedyAcceptanceKeepsTheMatchingPrefix) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Sampler sampler(kVocab);
+  SpeculativeStats stats(3);
+  const std::vector<int32_t> committed = {1, 2, 3};
+  Drafter d(view(greedy, {}), committed, nullptr, 3);
+  for (int32_t t : {4, 5, 6}) d.add(sampler, row(t).data(), stats);
+  const DraftRound round = d.take();
+  std::vector<float> target;
+  for (int32_t t : {4, 5, 1, 2}) {
+    const std::vector<float> r = row(t);
+    target.insert(target.end(), r.begin(), r.end());
+  }
+  const RejectionOutcome o =
+      accept_round(sampler, view(greedy, {}), target.data(), committed, round, stats);
+  EXPECT_EQ(o.accepted, 2);
+  EXPECT_EQ(o.token, 1);
+  EXPECT_EQ(stats.num_drafts, 1);
+  EXPECT_EQ(stats.num_draft_tokens, 3);
+  EXPECT_EQ(stats.num_accepted_tokens, 2);
+  EXPECT_EQ(stats.accepted_per_position, (std::vector<int64_t>{1, 1, 0}));
+}
+
+}  // namespace
+}  // namespace mls

@@ -9,23 +9,13 @@
 #include <cstdio>
 #include <string>
 
-#ifdef MLASERVE_CUDA_RUNTIME
-#include "core/cuda_allocator.h"
-#endif
+#include "test_gpu.h"
 
 namespace mls::bench {
 namespace {
 
 const std::string kDemo = std::string(MLASERVE_SOURCE_DIR) + "/models/demo-glm5";
 const std::string kDense = std::string(MLASERVE_TEST_DATA) + "/tiny-dsv3";
-
-bool have_gpu() {
-#ifdef MLASERVE_CUDA_RUNTIME
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
-}
 
 void check_cache_on_equals_off(Device device) {
   const MultiTurnSpec spec;

@@ -2,6 +2,7 @@
 // composition, block size, chunking, preemption or prefix caching; sampling, n > 1, stops and
 // aborts behave as the request asked.
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -14,11 +15,9 @@
 #include <tuple>
 
 #include "core/error.h"
-#ifdef MLASERVE_CUDA_RUNTIME
-#include "core/cuda_allocator.h"
-#endif
 #include "io/safetensors.h"
 #include "test_data.h"
+#include "test_gpu.h"
 
 namespace mls {
 namespace {
@@ -34,14 +33,6 @@ ModelRunner& runner(const std::string& fixture, const std::string& device = "cpu
                                                     .device = parse_device(device),
                                                     .topk_tie_order = order});
   return *r;
-}
-
-bool have_gpu() {
-#ifdef MLASERVE_CUDA_RUNTIME
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
 }
 
 std::vector<int32_t> golden(const std::string& fixture, const std::string& name) {
@@ -95,20 +86,8 @@ std::vector<Outcome> run(ModelRunner& r, const std::vector<Job>& jobs, const Poo
   return out;
 }
 
-std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
-  std::uniform_int_distribution<int32_t> id(2, 1023);
-  std::vector<int32_t> p(len);
-  for (auto& t : p) t = id(rng);
-  return p;
-}
-
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using engine_test::greedy;
+using engine_test::random_prompt;
 
 // Mixed prompt lengths (1..200) and lengths of output; the fixture's own prompt comes first.
 std::vector<Job> mixed_jobs(const std::string& fixture, int count) {

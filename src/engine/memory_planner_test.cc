@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "ops/scratch_sizes.h"
 #include "test_data.h"
 #ifdef MLASERVE_CUDA_RUNTIME
@@ -541,32 +542,7 @@ TEST(MemoryPlanner, StressNeverPassesTheProfiledPeak) {
       ProfileMode::kReal);
   apply_plan(runner, plan);  // from here an allocation past the plan throws
   Engine engine(runner, {.limits = plan.limits});
-  std::mt19937 g(7);
-  int failed = 0;  // a step past the plan would fail its requests
-  for (int i = 0; i < 24; ++i) {
-    Request r;
-    r.id = fmt::format("r{}", i);
-    const int len = i % 3 == 0 ? 200 : 1 + static_cast<int>(g() % 60);
-    for (int j = 0; j < len; ++j) r.prompt_ids.push_back(2 + static_cast<int32_t>(g() % 1000));
-    r.params.max_tokens = 256 - len;
-    r.params.ignore_eos = true;
-    r.on_token = [&failed](const TokenEvent& ev) {
-      failed += ev.error != nullptr;
-      return Verdict::kContinue;
-    };
-    engine.add_request(std::move(r));
-  }
-  runner.allocator(0).reset_peaks();
-  const int64_t between_steps = runner.allocator(0).stats().current_total;
-  while (engine.step()) {
-  }
-  const RankPlan& p = plan.ranks[0];
-  EXPECT_LE(runner.allocator(0).stats().step_high_water, p.step_workspace_bytes);
-  EXPECT_LE(runner.allocator(0).stats().peak_total - between_steps,
-            p.step_workspace_bytes + p.step_comm_bytes);
-  EXPECT_GT(engine.stats().num_preemptions, 0) << "the pool should have been exhausted";
-  EXPECT_EQ(engine.stats().finished_requests, 24);
-  EXPECT_EQ(failed, 0);
+  engine_test::expect_stress_inside_plan(runner, plan, engine, 256);
 }
 
 }  // namespace

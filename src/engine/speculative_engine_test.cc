@@ -17,15 +17,14 @@
 #include <vector>
 
 #include "core/error.h"
-#ifdef MLASERVE_CUDA_RUNTIME
-#include "core/cuda_allocator.h"
-#endif
 #include "engine/chi_square_test_util.h"
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "engine/memory_planner.h"
 #include "io/test_dir.h"
 #include "model/mtp_test_checkpoint.h"
 #include "test_data.h"
+#include "test_gpu.h"
 
 namespace mls {
 namespace {
@@ -47,14 +46,6 @@ MtpModel& mtp_model(const std::string& fixture, const std::string& device = "cpu
   auto& m = models[fixture + "@" + device];
   if (!m) m = std::make_unique<MtpModel>(kTestData / fixture, parse_device(device));
   return *m;
-}
-
-bool have_gpu() {
-#ifdef MLASERVE_CUDA_RUNTIME
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
 }
 
 struct Job {
@@ -97,20 +88,9 @@ Outcome run(ModelRunner& r, const std::vector<Job>& jobs, int64_t k, const Pool&
   return out;
 }
 
-std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
-  std::uniform_int_distribution<int32_t> id(2, 1023);
-  std::vector<int32_t> p(len);
-  for (auto& t : p) t = id(rng);
-  return p;
-}
-
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using engine_test::greedy;
+using engine_test::random_prompt;
+using engine_test::target_probs;
 
 // Ten requests, prompts of 1..150 tokens, outputs of 4..30.
 std::vector<Job> mixed_jobs(uint32_t seed = 1234) {
@@ -280,29 +260,6 @@ TEST(SpeculativeEngine, ASeedRepeatsItsSampledOutput) {
   EXPECT_EQ(run(r, top1, 2).tokens, plain.tokens);
 }
 
-// The target's distribution of the token after `tokens` (the prompt's first `prompt_len`).
-std::vector<double> target_probs(ModelRunner& runner, const std::vector<int32_t>& tokens,
-                                 size_t prompt_len, const SamplingParams& p) {
-  const auto n = static_cast<int64_t>(tokens.size());
-  runner.allocate_kv_cache(1, n);
-  ForwardBatch batch;
-  batch.token_ids = tokens;
-  batch.seqs.push_back({.num_cached = 0,
-                        .num_new = n,
-                        .block_table = {0},
-                        .prompt_len = static_cast<int64_t>(prompt_len)});
-  const Tensor logits = runner.forward(batch);
-  const int64_t vocab = runner.config().vocab_size;
-  Sampler sampler(vocab);
-  SampleInput in;
-  in.params = &p;
-  in.prompt = std::span(tokens).first(prompt_len);
-  in.output = std::span(tokens).subspan(prompt_len);
-  std::vector<double> probs(static_cast<size_t>(vocab));
-  sampler.distribution(logits.data<float>(), in, probs);
-  return probs;
-}
-
 // Sampled output through the engine follows the target: 400 seeded requests (temperature 1,
 // top_k 3, k = 2) in one batch, odd seeds drafting with the MTP layer and even ones forced to
 // the target's greedy second token (accepted with its probability), fit the target's joint
@@ -443,33 +400,8 @@ TEST(SpeculativeEngine, PlannedServingStaysInsideThePlan) {
   apply_plan(runner, plan);  // from here an allocation past the plan throws
   EXPECT_THROW(Engine(runner, {.limits = plain_limits}), InvalidArgument);
   Engine engine(runner, {.limits = plan.limits});
-  std::mt19937 g(7);
-  int failed = 0;
-  for (int i = 0; i < 24; ++i) {
-    Request r;
-    r.id = std::to_string(i);
-    const int len = i % 3 == 0 ? 200 : 1 + static_cast<int>(g() % 60);
-    for (int j = 0; j < len; ++j) r.prompt_ids.push_back(2 + static_cast<int32_t>(g() % 1000));
-    r.params.max_tokens = std::min(256 - len, 48);
-    r.params.ignore_eos = true;
-    r.on_token = [&failed](const TokenEvent& ev) {
-      failed += ev.error != nullptr;
-      return Verdict::kContinue;
-    };
-    engine.add_request(std::move(r));
-  }
-  runner.allocator(0).reset_peaks();
-  const int64_t between_steps = runner.allocator(0).stats().current_total;
-  while (engine.step()) {
-  }
-  const RankPlan& p = plan.ranks[0];
-  EXPECT_LE(runner.allocator(0).stats().step_high_water, p.step_workspace_bytes);
-  EXPECT_LE(runner.allocator(0).stats().peak_total - between_steps,
-            p.step_workspace_bytes + p.step_comm_bytes);
-  EXPECT_GT(engine.stats().num_preemptions, 0) << "the pool should have been exhausted";
+  engine_test::expect_stress_inside_plan(runner, plan, engine, 48);
   EXPECT_GT(engine.stats().spec.num_drafts, 0);
-  EXPECT_EQ(engine.stats().finished_requests, 24);
-  EXPECT_EQ(failed, 0);
   // The runner serves the other tests unplanned again.
   runner.set_memory_limits({-1});
   runner.reserve_step_workspaces({0});

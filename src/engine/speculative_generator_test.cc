@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/chi_square_test_util.h"
+#include "engine/engine_test_util.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/simple_generator.h"
@@ -149,29 +150,6 @@ TEST(SpeculativeGenerator, SampledRunsOnEveryFamily) {
   }
 }
 
-// The target's distribution of the token after `tokens` under `p`, from a plain forward.
-std::vector<double> target_probs(ModelRunner& runner, const std::vector<int32_t>& tokens,
-                                 const SamplingParams& p) {
-  const auto n = static_cast<int64_t>(tokens.size());
-  runner.allocate_kv_cache(1, n);
-  ForwardBatch batch;
-  batch.token_ids = tokens;
-  batch.seqs.push_back({.num_cached = 0,
-                        .num_new = n,
-                        .block_table = {0},
-                        .prompt_len = static_cast<int64_t>(kPrompt.size())});
-  const Tensor logits = runner.forward(batch);
-  const int64_t vocab = runner.config().vocab_size;
-  Sampler sampler(vocab);
-  SampleInput in;
-  in.params = &p;
-  in.prompt = std::span(tokens).first(kPrompt.size());
-  in.output = std::span(tokens).subspan(kPrompt.size());
-  std::vector<double> probs(static_cast<size_t>(vocab));
-  sampler.distribution(logits.data<float>(), in, probs);
-  return probs;
-}
-
 // Sampled output (temperature 1): a seed repeats its output and another seed changes it; top_k 1
 // is greedy; and over 400 seeds the first two tokens (the second one decided by the rejection
 // rule, top 3 of the draft's distribution against the target's) fit the target's joint
@@ -217,12 +195,14 @@ TEST(SpeculativeGenerator, SampledOutputFollowsTheTarget) {
   EXPECT_LT(stats.num_accepted_tokens, stats.num_drafts);
   ModelRunner runner({.model = c.dir.path()});
   std::vector<double> expected(counts.size(), 0.0);
-  const std::vector<double> first = target_probs(runner, kPrompt, o.params);
+  const std::vector<double> first =
+      engine_test::target_probs(runner, kPrompt, kPrompt.size(), o.params);
   for (int32_t t0 = 0; t0 < vocab; ++t0) {
     if (first[static_cast<size_t>(t0)] == 0) continue;
     std::vector<int32_t> tokens = kPrompt;
     tokens.push_back(t0);
-    const std::vector<double> second = target_probs(runner, tokens, o.params);
+    const std::vector<double> second =
+        engine_test::target_probs(runner, tokens, kPrompt.size(), o.params);
     for (int32_t t1 = 0; t1 < vocab; ++t1)
       expected[cell(t0, t1)] = first[static_cast<size_t>(t0)] * second[static_cast<size_t>(t1)];
   }

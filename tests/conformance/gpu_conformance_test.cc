@@ -33,20 +33,10 @@
 #include "golden.h"
 #include "io/safetensors.h"
 #include "test_data.h"
-#ifdef MLASERVE_CUDA_RUNTIME
-#include "core/cuda_allocator.h"
-#endif
+#include "test_gpu.h"
 
 namespace mls {
 namespace {
-
-bool have_gpu() {
-#ifdef MLASERVE_CUDA_RUNTIME
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
-}
 
 using golden::as_f32;
 using golden::as_i32;

@@ -28,20 +28,10 @@
 #include "ops/copy.h"
 #include "ops/moe_routing.h"
 #include "test_data.h"
-#ifdef MLASERVE_CUDA_RUNTIME
-#include "core/cuda_allocator.h"
-#endif
+#include "test_gpu.h"
 
 namespace mls {
 namespace {
-
-bool have_gpu() {
-#ifdef MLASERVE_CUDA_RUNTIME
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
-}
 
 std::vector<float> all_logits(ModelRunner& runner, const std::vector<int32_t>& ids) {
   const auto n = static_cast<int64_t>(ids.size());

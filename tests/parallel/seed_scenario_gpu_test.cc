@@ -16,22 +16,12 @@
 
 #include "engine/engine.h"
 #include "engine/memory_planner.h"
-#ifdef MLASERVE_CUDA_RUNTIME
-#include "core/cuda_allocator.h"
-#endif
+#include "test_gpu.h"
 
 namespace mls {
 namespace {
 
 constexpr int kTp = 8;
-
-bool have_gpu() {
-#ifdef MLASERVE_CUDA_RUNTIME
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
-}
 
 RunnerOptions glm5_fp8_on_one_gpu(bool meta) {
   return {.model = std::string(MLASERVE_SOURCE_DIR) + "/bench/models/glm5-shaped",

@@ -11,15 +11,15 @@
 namespace mls {
 namespace {
 
-constexpr int64_t kVocab = 8;
+constexpr int64_t kRoundVocab = 8;
 
 SpeculativeSequence view(const SamplingParams& p, const std::vector<int64_t>& stop) {
-  return {.params = &p, .seed = 1, .stop_ids = stop, .prompt_len = 2, .vocab = kVocab};
+  return {.params = &p, .seed = 1, .stop_ids = stop, .prompt_len = 2, .vocab = kRoundVocab};
 }
 
 // A row whose largest logit is `top`.
 std::vector<float> row(int32_t top) {
-  std::vector<float> r(kVocab, 0.0f);
+  std::vector<float> r(kRoundVocab, 0.0f);
   r[static_cast<size_t>(top)] = 5.0f;
   return r;
 }
@@ -28,7 +28,7 @@ TEST(SpeculativeRound, GreedyDraftsEndAtKOrAStopId) {
   SamplingParams greedy;
   greedy.temperature = 0;
   const std::vector<int64_t> stop = {7};
-  Sampler sampler(kVocab);
+  Sampler sampler(kRoundVocab);
   SpeculativeStats stats(3);
   const std::vector<int32_t> committed = {1, 2, 3};
   Drafter d(view(greedy, stop), committed, nullptr, 3);
@@ -50,7 +50,7 @@ TEST(SpeculativeRound, GreedyDraftsEndAtKOrAStopId) {
 // A row with a NaN or an infinity drafts nothing (and never reaches the sort of the sampler).
 TEST(SpeculativeRound, RowsThatAreNotFiniteDraftNothing) {
   SamplingParams sampled;
-  Sampler sampler(kVocab);
+  Sampler sampler(kRoundVocab);
   SpeculativeStats stats(2);
   const std::vector<int32_t> committed = {1, 2, 3};
   for (float bad :
@@ -69,7 +69,7 @@ TEST(SpeculativeRound, RowsThatAreNotFiniteDraftNothing) {
 TEST(SpeculativeRound, GreedyAcceptanceKeepsTheMatchingPrefix) {
   SamplingParams greedy;
   greedy.temperature = 0;
-  Sampler sampler(kVocab);
+  Sampler sampler(kRoundVocab);
   SpeculativeStats stats(3);
   const std::vector<int32_t> committed = {1, 2, 3};
   Drafter d(view(greedy, {}), committed, nullptr, 3);

@@ -11,7 +11,7 @@ import {test} from 'node:test';
 import {fileURLToPath} from 'node:url';
 import OpenAI from 'openai';
 
-import {parsePrometheus, startServer, total} from './harness.mjs';
+import {parsePrometheus, SLOWDOWN, startServer, total} from './harness.mjs';
 import {writeMtpCopy} from './mtp_checkpoint.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -40,7 +40,8 @@ async function streamed(client, sample) {
   return chunks;
 }
 
-test('streamed tool calls with MTP on equal those with MTP off', {timeout: 180000}, async () => {
+test('streamed tool calls with MTP on equal those with MTP off', {timeout: 180000 * SLOWDOWN},
+     async () => {
   const golden = JSON.parse(fs.readFileSync(path.join(demoDir, 'golden.json'), 'utf8'));
   const samples = golden.heldout_eval.slice(0, 100).filter((s) => s.category === 'tool_call');
   assert.ok(samples.length >= 10, `${samples.length} tool-call samples`);

@@ -544,8 +544,7 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
   // keeps its hidden states for the MTP layer is never replayed, and is not padded.
   ForwardBatch padded;
   if (!device_.is_cpu() && planned_limits_ && !keep_hidden)
-    if (const int64_t bucket =
-            graph_bucket_for(decode_graph_buckets(planned_limits_->max_num_seqs), batch);
+    if (const int64_t bucket = graph_bucket_for(pad_buckets_, batch);
         bucket > static_cast<int64_t>(batch.seqs.size()))
       padded = pad_decode_batch(batch, bucket);
   const ForwardBatch& run = padded.seqs.empty() ? batch : padded;
@@ -564,9 +563,8 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
           // is gathered from all ranks' shards, a collective every rank must join.
           const ForwardObserver ignore = [](std::string_view, const Tensor&) {};
           Tensor hidden;
-          Tensor logits =
-              r.model->forward(run, r.kv, r.index == 0 || !observer ? observer : ignore,
-                               keep_hidden ? &hidden : nullptr);
+          Tensor logits = r.model->forward(run, r.kv, r.index == 0 || !observer ? observer : ignore,
+                                           keep_hidden ? &hidden : nullptr);
           if (keep_hidden) {
             Tensor dst = r.carry.narrow(0, 0, batch.num_tokens());
             ops::copy(hidden, dst);

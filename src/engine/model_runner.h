@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/decode_graphs.h"
 #include "engine/serving_limits.h"
 #include "engine/step_broadcast.h"
 #include "model/model.h"
@@ -159,7 +160,10 @@ class ModelRunner {
   // The limits of the memory plan applied to this runner (apply_plan), if any: an engine over
   // this runner must serve with exactly these.
   const std::optional<ServingLimits>& planned_limits() const { return planned_limits_; }
-  void set_planned_limits(const ServingLimits& l) { planned_limits_ = l; }
+  void set_planned_limits(const ServingLimits& l) {
+    planned_limits_ = l;
+    pad_buckets_ = decode_graph_buckets(l.max_num_seqs);
+  }
 
   // Per rank, device memory in use that no tracked allocator accounts for (CUDA context,
   // library handles, NCCL buffers): used − pool reserved, measured now, shared evenly by the
@@ -206,6 +210,8 @@ class ModelRunner {
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
   std::optional<ServingLimits> planned_limits_;
+  // The plan's decode-graph buckets, which eager decode steps on a GPU pad to as well (step).
+  std::vector<int64_t> pad_buckets_;
   std::string graphs_off_;
   std::vector<int64_t> captured_;
   int64_t graph_replays_ = 0;

@@ -93,6 +93,19 @@ void synchronize(const Device& device) {
 #endif
 }
 
+// The profiled step is the window a profiler started with capture off records, so
+// `ncu --profile-from-start off mlaserve bench ...` times exactly its kernels.
+void profiler_window(const Device& device, bool open) {
+#ifdef MLASERVE_CUDA_RUNTIME
+  if (device.type != DeviceType::kCuda) return;
+  cuda::synchronize();
+  open ? cuda::profiler_start() : cuda::profiler_stop();
+#else
+  (void)device;
+  (void)open;
+#endif
+}
+
 // Seconds of one profiled step by layer type. "embedding" runs from the call to the "embed"
 // intermediate, so it includes the step's set-up (positions, cache slots, host copies).
 struct LayerTypeTimes {
@@ -103,13 +116,15 @@ struct LayerTypeTimes {
 LayerTypeTimes profile_step(ModelRunner& runner, const ForwardBatch& batch, const Device& device) {
   const io::ModelConfig& c = runner.config();
   std::vector<std::pair<std::string, Clock::time_point>> marks;
-  const Clock::time_point start = Clock::now();
   // Greedy draws on the device, as the timed steps make them.
   const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
+  profiler_window(device, true);
+  const Clock::time_point start = Clock::now();
   runner.forward_sample(batch, greedy, [&](std::string_view name, const Tensor&) {
     synchronize(device);
     marks.emplace_back(name, Clock::now());
   });
+  profiler_window(device, false);
   const Clock::time_point end = Clock::now();
   LayerTypeTimes t;
   t.tokens = batch.num_tokens();

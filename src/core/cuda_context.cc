@@ -1,5 +1,7 @@
 #include "core/cuda_context.h"
 
+#include <cuda_profiler_api.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,6 +71,14 @@ Allocator& allocator() {
 
 void synchronize() {
   check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+}
+
+void profiler_start() {
+  check(cudaProfilerStart(), "cudaProfilerStart");
+}
+
+void profiler_stop() {
+  check(cudaProfilerStop(), "cudaProfilerStop");
 }
 
 }  // namespace mls::cuda

@@ -25,6 +25,10 @@ cudaStream_t stream();
 Allocator& allocator();
 // Waits for everything queued on this thread's stream.
 void synchronize();
+// Open and close the window a profiler started with capture off records
+// (`ncu --profile-from-start off`); without a profiler attached they do nothing.
+void profiler_start();
+void profiler_stop();
 // Throws mls::Error naming `what` and the CUDA error when e != cudaSuccess.
 void check(cudaError_t e, std::string_view what);
 

@@ -53,7 +53,9 @@ inline int64_t key_bound(const PagedKeys& pages, int64_t rows) {
 inline ScratchPlan attention_scratch(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const AttentionArgs& args) {
   const int64_t n_list = args.allowed ? args.allowed->dim(1) : key_bound(args.pages, k.dim(0));
-  return {{{scratch::attention_splits(q.dim(0), q.dim(1), k.dim(1), v.dim(2), n_list).floats,
+  return {{{scratch::attention_splits(q.dim(0), q.dim(1), k.dim(1), v.dim(2), n_list,
+                                      args.allowed != nullptr)
+                .floats,
             DType::kF32, MemTag::kActivation},
            {}}};
 }

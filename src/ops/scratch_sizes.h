@@ -15,31 +15,65 @@ constexpr int64_t round_up(int64_t v, int64_t m) {
 }
 
 // --- attention (absorbed MLA: one latent key head) ---------------------------------------------
-// A query's key list is split at fixed boundaries (batch invariance, ARCHITECTURE.md); split
-// queries keep fp32 partials (Dv outputs + max and sum per head and split), processed in
-// query groups that fit kAttentionScratchFloats.
+// How a step's attention is cut into CTAs, from sizes alone: a query's key list is split at
+// boundaries every `keys_per_split` keys and its heads are taken `head_group` at a time. Split
+// queries keep fp32 partials (Dv outputs + max and sum per head and split), processed in query
+// groups that fit kAttentionScratchFloats.
+//
+// Large steps fill the GPU with queries: boundaries every kAttentionKeysPerSplit keys and all
+// heads (up to 64) in one CTA. A step of few queries would leave most SMs idle (one decode token
+// over 2,048 chosen keys was one CTA: 250 µs a layer on the H200), so it aims at
+// kAttentionTargetCtas CTAs: a DSA list first takes closer boundaries (down to
+// kAttentionSplitStep keys; partials are cheaper than re-reading keys), then narrower head groups
+// (16) and boundaries down to kAttentionMinKeysPerSplit. The cut depends on the step's query
+// count, as the GEMMs' kernels do, never on the queries' contents: rows of steps of the same size
+// (a graph bucket and its eager step) compute alike. A dense list keeps fixed boundaries and
+// chooses its head group from the query count alone, since a graph step bounds its keys by
+// max_model_len and an eager step by its longest row; a DSA list is index_topk wide in both.
 inline constexpr int64_t kAttentionKeysPerSplit = 2048;
+inline constexpr int64_t kAttentionSplitStep = 256;
+inline constexpr int64_t kAttentionMinKeysPerSplit = 64;  // two 32-key tiles
+// About two CTAs per SM of an H200: a fixed count, not the device's, so meta mode plans alike.
+inline constexpr int64_t kAttentionTargetCtas = 256;
 inline constexpr int64_t kAttentionScratchFloats = int64_t{64} << 20;
 inline constexpr int kAttentionMaxDv = 512;
 
 struct AttentionSplits {
   int64_t splits = 1;
-  int64_t group_T = 0;  // queries per launch
-  int64_t floats = 0;   // scratch
+  int64_t keys_per_split = kAttentionKeysPerSplit;
+  int64_t head_group = 64;  // heads per CTA: 16, 32 or 64
+  int64_t group_T = 0;      // queries per launch
+  int64_t floats = 0;       // scratch
 };
 
-// T queries of H heads over `key_heads` key heads of width Dv; n_list: the sparse list length
-// (DSA) or the host bound on any query's key count.
+// T queries of H heads over `key_heads` key heads of width Dv; n_list: the DSA list width
+// (`sparse`) or the host bound on any query's key count.
 constexpr AttentionSplits attention_splits(int64_t T, int64_t H, int64_t key_heads, int64_t Dv,
-                                           int64_t n_list) {
+                                           int64_t n_list, bool sparse) {
   AttentionSplits s;
   s.group_T = T;
   if (key_heads != 1 || Dv > kAttentionMaxDv || T == 0) return s;
-  s.splits = std::max<int64_t>(1, (n_list + kAttentionKeysPerSplit - 1) / kAttentionKeysPerSplit);
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t n = std::max<int64_t>(n_list, 1);
+  s.splits = ceil_div(n, kAttentionKeysPerSplit);
+  s.head_group = H <= 16 ? 16 : H <= 32 ? 32 : 64;
+  // CTAs per query with this cut (a dense list's splits do not count: see above).
+  auto per_query = [&] { return (sparse ? s.splits : 1) * ceil_div(H, s.head_group); };
+  auto split_closer = [&](int64_t min_keys) {
+    const int64_t want = std::max(ceil_div(kAttentionTargetCtas, T * per_query()), int64_t{1});
+    s.keys_per_split = round_up(std::max(ceil_div(n, want * s.splits), min_keys), 32);
+    s.keys_per_split = std::min(s.keys_per_split, kAttentionKeysPerSplit);
+    s.splits = ceil_div(n, s.keys_per_split);
+  };
+  if (sparse && T * per_query() < kAttentionTargetCtas) split_closer(kAttentionSplitStep);
+  if (T * per_query() < kAttentionTargetCtas) {
+    s.head_group = 16;
+    if (sparse) split_closer(kAttentionMinKeysPerSplit);
+  }
   if (s.splits > 1) {
-    const int64_t per_query = s.splits * H * (Dv + 2);
-    s.group_T = std::clamp<int64_t>(kAttentionScratchFloats / per_query, 1, T);
-    s.floats = per_query * s.group_T;
+    const int64_t floats_per_query = s.splits * H * (Dv + 2);
+    s.group_T = std::clamp<int64_t>(kAttentionScratchFloats / floats_per_query, 1, T);
+    s.floats = floats_per_query * s.group_T;
   }
   return s;
 }

@@ -40,7 +40,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 
   // The scratch of ops::attention_scratch; the kernel plans its splits from the same function.
   const int64_t floats =
-      scratch::attention_splits(T, H, Hk, Dv, args.allowed ? p.allowed_k : p.key_bound).floats;
+      scratch::attention_splits(T, H, Hk, Dv, args.allowed ? p.allowed_k : p.key_bound,
+                                args.allowed != nullptr)
+          .floats;
   Tensor partials;
   if (floats > 0)
     partials = Tensor::empty({floats}, DType::kF32, MemTag::kActivation, mls::cuda::allocator());

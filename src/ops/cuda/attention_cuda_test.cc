@@ -300,6 +300,20 @@ TEST(CudaAttention, SparseAllowedLists) {
     std::printf("sparse 2048: worst rel_l2 %.2e\n", err);
   }
   {
+    // One decode query (batch 1): its list cut into 32 splits of 64 keys, heads in groups of 16
+    // (ops::scratch::attention_splits); and two, whose cut differs again.
+    for (const std::vector<int64_t>& ctx : {std::vector<int64_t>{4096}, {4096, 2100}}) {
+      AttnCase c;
+      c.block_size = 64;
+      c.ctx = ctx;
+      c.queries = decode_queries(c.ctx);
+      c.sparse_k = 2048;
+      c.seed = static_cast<uint32_t>(62 + ctx.size());
+      const double err = run_attention(c);
+      std::printf("sparse 2048, %zu decode queries: worst rel_l2 %.2e\n", ctx.size(), err);
+    }
+  }
+  {
     // Short lists in a prefill-like step (several queries of one sequence).
     AttnCase c;
     c.block_size = 16;

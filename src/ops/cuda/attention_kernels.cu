@@ -1,16 +1,16 @@
 // Attention on the GPU, flash-decoding style: no [H × T × S] tensor exists.
 //
 // Latent path (Hk == 1, absorbed MLA): one CTA of 8 warps per (query token, split of its key
-// list, group of up to 64 heads). All heads of the token share every key (MQA), so heads are
+// list, group of 16 to 64 heads). All heads of the token share every key (MQA), so heads are
 // the M dimension of tensor-core products against key tiles of 32 keys loaded once into shared
 // memory through a cp.async pipeline:
 //   S[heads × 32] = Q[heads × Dk] · K_tileᵀ   (warps split heads × Dk; partials summed in smem)
 //   online softmax in fp32 (exp2 domain), P rounded to bf16
 //   O[heads × Dv] += P · V_tile               (each warp owns Dv/8 columns for all heads)
 // V is read from the key tile itself when v is a narrowed view of k (the latent cache), so
-// each key row crosses HBM once. A query's key list is split at fixed boundaries
-// (ops::scratch::kAttentionKeysPerSplit), so its result never depends on the rest of the step; with
-// several splits each CTA writes an unnormalised partial O and its (max, sum), and a combine kernel
+// each key row crosses HBM once. ops::scratch::attention_splits cuts the step from its sizes
+// alone, so a query's result never depends on the other queries' contents; with several splits
+// each CTA writes an unnormalised partial O and its (max, sum), and a combine kernel
 // merges them.
 //
 // Simple path (Hk == H, or shapes the latent kernel does not cover): one CTA per (token, head),
@@ -37,9 +37,8 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kLdp = kBN + 8;  // P row stride: an odd number of 16-byte chunks, no bank conflicts
 constexpr float kLog2e = 1.4426950408889634f;
-// O lives in registers: 64 heads × 512 columns over 256 threads. Split boundaries (64 tiles
-// per split: a DSA query of 2,048 chosen keys is never split, a dense query at 4k context runs
-// as 2 CTAs) and the scratch of split queries come from ops/scratch_sizes.h.
+// O lives in registers: up to 64 heads × 512 columns over 256 threads. Split boundaries, head
+// groups and the scratch of split queries come from ops/scratch_sizes.h.
 constexpr int kMaxDv = ops::scratch::kAttentionMaxDv;
 
 // ---------------------------------------------------------------------------------------------
@@ -667,7 +666,12 @@ cudaError_t make_plan(const AttentionParams& p, Plan* plan) {
   plan->smem_optin = f.smem_optin;
   if (p.Hk != 1 || p.Dv > kMaxDv || p.T == 0) return cudaSuccess;
 
-  const int hm = p.H <= 16 ? 16 : p.H <= 32 ? 32 : 64;
+  // The cut of the step into CTAs (key splits, head groups) and the scratch of split queries,
+  // from the function the host allocated that scratch with (ops::scratch::attention_splits).
+  const bool sparse = p.allowed != nullptr;
+  const ops::scratch::AttentionSplits s = ops::scratch::attention_splits(
+      p.T, p.H, p.Hk, p.Dv, sparse ? p.allowed_k : p.key_bound, sparse);
+  const int hm = static_cast<int>(s.head_group);
   MlaLayout L = make_layout(p, hm, 3);
   if (L.total > f.smem_optin) L = make_layout(p, hm, 2);
   if (L.total > f.smem_optin) return cudaSuccess;  // too wide for shared memory: simple path
@@ -683,17 +687,10 @@ cudaError_t make_plan(const AttentionParams& p, Plan* plan) {
   plan->layout = L;
   plan->hm = hm;
   plan->groups = (p.H + hm - 1) / hm;
-
-  // Splits of a query's key list at fixed boundaries: how a query is computed depends on its own
-  // keys only, never on the other queries of the step, so results are batch invariant. The grid
-  // covers the longest list; shorter lists leave trailing splits empty, and the combine skips
-  // them exactly. Queries go in groups whose partials fit the scratch the host allocated from
-  // the same plan (ops::scratch::attention_splits).
-  const int64_t n_list = p.allowed ? p.allowed_k : p.key_bound;
-  const ops::scratch::AttentionSplits s =
-      ops::scratch::attention_splits(p.T, p.H, p.Hk, p.Dv, n_list);
+  // Shorter lists than the grid covers leave trailing splits empty; the combine skips them
+  // exactly.
   plan->splits = static_cast<int>(s.splits);
-  plan->keys_per_split = ops::scratch::kAttentionKeysPerSplit;
+  plan->keys_per_split = s.keys_per_split;
   plan->group_T = static_cast<int>(s.group_T);
   plan->scratch_floats = static_cast<size_t>(s.floats);
   return cudaSuccess;

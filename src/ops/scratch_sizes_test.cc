@@ -1,0 +1,80 @@
+#include "ops/scratch_sizes.h"
+
+#include <gtest/gtest.h>
+
+namespace mls::ops::scratch {
+namespace {
+
+int64_t ctas(const AttentionSplits& s, int64_t T, int64_t H) {
+  return T * s.splits * ((H + s.head_group - 1) / s.head_group);
+}
+
+// GLM-5's decode: 64 heads of Dv 512 over 2,048 chosen keys.
+TEST(AttentionSplits, SmallDsaStepsFillTheGpu) {
+  const AttentionSplits one = attention_splits(1, 64, 1, 512, 2048, true);
+  EXPECT_EQ(one.head_group, 16);
+  EXPECT_EQ(one.keys_per_split, kAttentionMinKeysPerSplit);
+  EXPECT_EQ(one.splits, 32);
+  EXPECT_EQ(one.floats, 32 * 64 * (512 + 2));
+  // Closer boundaries come before narrower head groups.
+  const AttentionSplits b64 = attention_splits(64, 64, 1, 512, 2048, true);
+  EXPECT_EQ(b64.head_group, 64);
+  EXPECT_EQ(b64.splits, 4);
+  EXPECT_EQ(ctas(b64, 64, 64), kAttentionTargetCtas);
+  // A large step is cut as before: one CTA per query, no partials.
+  const AttentionSplits b256 = attention_splits(256, 64, 1, 512, 2048, true);
+  EXPECT_EQ(b256.splits, 1);
+  EXPECT_EQ(b256.head_group, 64);
+  EXPECT_EQ(b256.floats, 0);
+}
+
+TEST(AttentionSplits, EveryCutCoversTheListInWholeTiles) {
+  for (bool sparse : {true, false})
+    for (int64_t H : {8, 16, 32, 64, 128})
+      for (int64_t T : {1, 2, 3, 8, 13, 64, 255, 256, 4096})
+        for (int64_t n : {1, 31, 100, 2048, 4096, 163840}) {
+          const AttentionSplits s = attention_splits(T, H, 1, 512, n, sparse);
+          SCOPED_TRACE(testing::Message()
+                       << "sparse " << sparse << " H " << H << " T " << T << " n " << n);
+          EXPECT_EQ(s.keys_per_split % 32, 0);
+          EXPECT_GE(s.keys_per_split, sparse ? kAttentionMinKeysPerSplit : kAttentionKeysPerSplit);
+          EXPECT_LE(s.keys_per_split, kAttentionKeysPerSplit);
+          EXPECT_GE(s.splits * s.keys_per_split, n);
+          EXPECT_LT((s.splits - 1) * s.keys_per_split, n);  // no split is empty for all queries
+          EXPECT_TRUE(s.head_group == 16 || s.head_group == 32 || s.head_group == 64);
+          // Narrow CTAs or close boundaries only where the wide cut leaves the GPU short.
+          const int64_t wide = H <= 16 ? 16 : H <= 32 ? 32 : 64;
+          if (T * ((H + wide - 1) / wide) >= kAttentionTargetCtas) {
+            EXPECT_EQ(s.head_group, wide);
+            EXPECT_EQ(s.keys_per_split, kAttentionKeysPerSplit);
+          }
+          if (s.splits > 1) {
+            EXPECT_GE(s.group_T, 1);
+            EXPECT_EQ(s.floats, s.splits * H * (512 + 2) * s.group_T);
+            EXPECT_LE(s.floats, std::max(kAttentionScratchFloats, s.splits * H * (512 + 2)));
+          }
+        }
+}
+
+// A graph step bounds a dense list by max_model_len, its eager step by the longest row: both
+// must cut each query alike (the same boundaries and head group), whatever their bounds.
+TEST(AttentionSplits, DenseCutsDependOnTheStepSizeOnly) {
+  for (int64_t T : {1, 8, 64, 256})
+    for (int64_t n : {100, 4096, 163840}) {
+      const AttentionSplits s = attention_splits(T, 64, 1, 512, n, false);
+      const AttentionSplits ref = attention_splits(T, 64, 1, 512, 1, false);
+      EXPECT_EQ(s.keys_per_split, kAttentionKeysPerSplit);
+      EXPECT_EQ(s.head_group, ref.head_group) << "T " << T << " n " << n;
+    }
+}
+
+// Key heads other than one (the expanded path) and values too wide for the latent kernel are
+// never split.
+TEST(AttentionSplits, OtherShapesAreNotSplit) {
+  EXPECT_EQ(attention_splits(1, 8, 8, 64, 4096, false).splits, 1);
+  EXPECT_EQ(attention_splits(1, 64, 1, kAttentionMaxDv + 1, 4096, true).splits, 1);
+  EXPECT_EQ(attention_splits(0, 64, 1, 512, 4096, true).floats, 0);
+}
+
+}  // namespace
+}  // namespace mls::ops::scratch

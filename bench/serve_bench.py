@@ -216,6 +216,23 @@ def print_mtp(off, on, spec, delta):
               f"{fmt(l['output_tokens_per_s'], ',.0f')} |")
 
 
+def problems(lines, requests, raw, mtp_delta):
+    """What makes the run invalid: failed or missing requests, a level without its figures."""
+    out = []
+    for l in lines:
+        c = l["concurrency"]
+        if l["num_errors"] or l["requests"] != c * requests:
+            out.append(f"concurrency {c}: {l['requests']} of {c * requests} requests completed, "
+                       f"{l['num_errors']} failed {l['errors']}")
+        if l["mid_ms_median"] is None:
+            out.append(f"concurrency {c}: no mid-stream time per token")
+        if raw is not None and c not in raw:
+            out.append(f"concurrency {c}: mlaserve bench gave no step time at batch {c}")
+    if mtp_delta is not None and metric(mtp_delta, "vllm:spec_decode_num_drafts_total") <= 0:
+        out.append("MTP on: the server counted no drafts")
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mlaserve", default=os.path.join(os.path.dirname(__file__), "..", "build",
@@ -264,6 +281,9 @@ def main():
     if on is not None:
         print_mtp(off, on, a.speculative_config, d_on)
     print(f"\nwall {time.monotonic() - t0:.0f} s", flush=True)
+    bad = problems(off, a.requests, raw, None) + (problems(on, a.requests, None, d_on) if on else [])
+    if bad:
+        raise SystemExit("invalid run:\n  " + "\n  ".join(bad))
 
 
 if __name__ == "__main__":

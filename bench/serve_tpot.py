@@ -24,9 +24,11 @@ Per request: TTFT (request sent to first token), TPOT = (last token − first to
 (completion tokens − 1) as vLLM's benchmark defines it, and with token ids the mid-stream time
 per token: (arrival of token 3n/4 − arrival of token n/4) / (n/2). The mid-stream figure is the
 decode step as served: in a wave of C equal requests every sequence's middle half falls in
-steps where all C decode (the wave's prompts are prefilled in the first steps, chunked into
---max-num-batched-tokens, its stragglers finish in the last), at mean context prompt + n/2; it
-uses two arrival times only, so a client that reads several chunks at once does not bias it.
+steps where all C decode (the wave's prompts are prefilled in its first C × N /
+max_num_batched_tokens steps, its stragglers finish in the last as many), at mean context N +
+n/2, as long as that prefill takes fewer than n/4 steps (256 × 1024 / 8192 = 32 < 64 for the
+benchmark's 1k prompts and 256 tokens); it uses two arrival times only, so a client that reads
+several chunks at once does not bias it.
 TPOT also counts the steps shared with other requests' prefill chunks: a serving cost, not the
 engine's or HTTP's overhead.
 

@@ -151,9 +151,12 @@ Checked check(ServeFlags& f, std::vector<std::string>& errors) {
   } else {
     c.tokenizer_dir = c.model_dir;
   }
-  if (!c.tokenizer_dir.empty() && !fs::exists(c.tokenizer_dir / "tokenizer.json"))
+  if (!f.skip_tokenizer_init && !c.tokenizer_dir.empty() &&
+      !fs::exists(c.tokenizer_dir / "tokenizer.json"))
     errors.push_back(fmt::format("no tokenizer.json in {}{}", c.tokenizer_dir.string(),
-                                 f.tokenizer.empty() ? " (pass --tokenizer DIR)" : ""));
+                                 f.tokenizer.empty() ? " (pass --tokenizer DIR, or "
+                                                       "--skip-tokenizer-init to serve token ids)"
+                                                     : ""));
   if (f.generation_config == "auto" || f.generation_config == "vllm") {
     if (!c.model_dir.empty()) {
       c.defaults = server::GenerationDefaults::load(c.model_dir, f.generation_config);
@@ -173,7 +176,9 @@ Checked check(ServeFlags& f, std::vector<std::string>& errors) {
   if (!f.override_generation_config.empty()) c.generation_source += " + overrides";
   if (!f.test_script.empty() && !fs::exists(f.test_script))
     errors.push_back(fmt::format("--test-script {}: no such file", f.test_script));
-  if (!f.chat_template.empty())
+  if (f.skip_tokenizer_init)
+    c.chat_template_source = "none (--skip-tokenizer-init)";
+  else if (!f.chat_template.empty())
     c.chat_template_source = fs::exists(f.chat_template)
                                  ? "--chat-template " + f.chat_template
                                  : std::string("--chat-template (inline text)");
@@ -322,7 +327,8 @@ ojson effective_config(const ServeFlags& f, const Checked& c, const ModelRunner&
                {"generation_config", c.generation_source},
                {"generation_defaults", describe_defaults(c.defaults)},
                {"response_role", f.response_role},
-               {"ui", !f.disable_ui}};
+               {"ui", !f.disable_ui},
+               {"skip_tokenizer_init", f.skip_tokenizer_init}};
 }
 
 std::string config_line(const ojson& cfg) {
@@ -410,8 +416,18 @@ void run_serve(const std::vector<std::string>& args) {
                           .on_step = [&metrics_ptr](int64_t tokens) {
                             if (metrics_ptr) metrics_ptr->observe_iteration(tokens);
                           }});
-  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(c.tokenizer_dir);
-  const std::optional<chat::ChatTemplate> tmpl = load_chat_template(f, c.tokenizer_dir);
+  // --skip-tokenizer-init: no tokenizer, template or grammar vocabulary (token ids only).
+  std::optional<tok::Tokenizer> tokenizer;
+  std::optional<chat::ChatTemplate> tmpl;
+  std::optional<grammar::GrammarCompiler> grammars;
+  if (!f.skip_tokenizer_init) {
+    tokenizer.emplace(tok::Tokenizer::from_dir(c.tokenizer_dir));
+    tmpl = load_chat_template(f, c.tokenizer_dir);
+  } else {
+    MLS_LOG_INFO(
+        "--skip-tokenizer-init: no tokenizer loaded; /v1/completions takes and returns token ids, "
+        "requests that need text answer 400");
+  }
 
   const ojson cfg = effective_config(f, c, *runner, engine.config());
   server::ServingOptions opts{
@@ -432,7 +448,7 @@ void run_serve(const std::vector<std::string>& args) {
       .enable_timings = f.enable_timings};
   if (!f.test_script.empty()) {
     opts.test_script = std::make_shared<const std::vector<int32_t>>(
-        tokenizer.encode(tok::read_text_file(f.test_script), false));
+        tokenizer->encode(tok::read_text_file(f.test_script), false));
     MLS_LOG_WARN("--test-script {}: every request outputs its {} scripted tokens", f.test_script,
                  opts.test_script->size());
   }
@@ -447,14 +463,15 @@ void run_serve(const std::vector<std::string>& args) {
                             {"num_gpu_blocks", std::to_string(runner->num_blocks())}});
   metrics_ptr = &metrics;
   server::EngineLoop loop(engine, f.log_stats);
-  grammar::GrammarCompiler grammars(std::make_shared<const grammar::Vocabulary>(
-      grammar::Vocabulary::from_tokenizer(tokenizer, runner->config().vocab_size)));
+  if (tokenizer)
+    grammars.emplace(std::make_shared<const grammar::Vocabulary>(
+        grammar::Vocabulary::from_tokenizer(*tokenizer, runner->config().vocab_size)));
   server::ServingContext ctx{.opts = std::move(opts),
-                             .tokenizer = tokenizer,
+                             .tokenizer = tokenizer ? &*tokenizer : nullptr,
                              .chat_template = tmpl ? &*tmpl : nullptr,
                              .loop = loop,
                              .metrics = metrics,
-                             .grammars = &grammars};
+                             .grammars = grammars ? &*grammars : nullptr};
   MLS_LOG_INFO("{}", config_line(cfg));
   http.log_routes();
   http.set_context(&ctx);

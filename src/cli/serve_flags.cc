@@ -164,6 +164,13 @@ std::vector<FlagSpec> build_table() {
        "Directory (or cached Hugging Face id) holding tokenizer.json, tokenizer_config.json and "
        "the chat template; default: the model's",
        "", [](ServeFlags& f, const std::string& v) { return set_str(f.tokenizer, v); }},
+      {"--skip-tokenizer-init", "", kSwitch, kImplemented, "",
+       "Load no tokenizer (none is needed on disk): /v1/completions takes prompts as token ids "
+       "and answers token ids (choices' token_ids, text empty); anything that needs text "
+       "(chat, /v1/responses, /tokenize, text prompts, stop strings, logprobs, structured "
+       "outputs) answers 400",
+       "",
+       [](ServeFlags& f, const std::string& v) { return set_bool(f.skip_tokenizer_init, v); }},
       {"--revision", "", kValue, kImplemented, "REV",
        "Revision of a Hugging Face id: a ref under refs/ (default main) or a snapshot hash", "",
        [](ServeFlags& f, const std::string& v) { return set_str(f.revision, v); }},
@@ -860,6 +867,20 @@ ParsedServe parse_serve_args(const std::vector<std::string>& args) {
   }
   if (f.enable_auto_tool_choice && f.tool_call_parser.empty())
     errors.push_back("--enable-auto-tool-choice needs --tool-call-parser");
+  if (f.skip_tokenizer_init) {
+    // Each of these turns text into tokens or tokens into text: nothing to do without one.
+    const std::pair<bool, const char*> text_flags[] = {
+        {!f.chat_template.empty(), "--chat-template"},
+        {!f.tool_call_parser.empty(), "--tool-call-parser"},
+        {!f.reasoning_parser.empty(), "--reasoning-parser"},
+        {f.enable_auto_tool_choice, "--enable-auto-tool-choice"},
+        {!f.test_script.empty(), "--test-script"}};
+    for (const auto& [given, flag] : text_flags)
+      if (given)
+        errors.push_back(fmt::format(
+            "{} needs the tokenizer: drop it or drop --skip-tokenizer-init (token ids only)",
+            flag));
+  }
   return out;
 }
 

@@ -21,6 +21,8 @@ struct ServeFlags {
   // Model, tokenizer and checkpoint.
   std::string model;  // the positional model_tag or --model: a directory or a Hugging Face id
   std::string tokenizer;
+  // No tokenizer is loaded: prompts are token ids, outputs token ids (vLLM's flag).
+  bool skip_tokenizer_init = false;
   std::string revision;      // of a Hugging Face id: a ref (main) or a commit hash
   std::string download_dir;  // a Hugging Face cache directory searched first
   std::vector<std::string> served_model_name;

@@ -180,6 +180,34 @@ TEST(ServeFlags, EnforceEagerIsImplemented) {
   EXPECT_FALSE(parse({"m", "--enforce-eager", "--no-enforce-eager"}).flags.enforce_eager);
 }
 
+// --skip-tokenizer-init: token ids only; the flags that turn text into ids (or back) are
+// command-line errors beside it, every one reported, naming the flag.
+TEST(ServeFlags, SkipTokenizerInitRefusesTextFlags) {
+  EXPECT_FALSE(parse({"m"}).flags.skip_tokenizer_init);
+  const ParsedServe on = parse({"m", "--skip-tokenizer-init", "--load-format", "dummy"});
+  EXPECT_TRUE(on.errors.empty()) << joined(on.errors);
+  EXPECT_TRUE(on.flags.skip_tokenizer_init);
+  EXPECT_TRUE(on.flags.no_effect_notes.empty()) << joined(on.flags.no_effect_notes);
+  EXPECT_FALSE(
+      parse({"m", "--skip-tokenizer-init", "--no-skip-tokenizer-init"}).flags.skip_tokenizer_init);
+  EXPECT_TRUE(parse({"m", "--skip_tokenizer_init"}).flags.skip_tokenizer_init);
+  EXPECT_EQ(parse({"m", "--skip-tokenizer-init=true"}).errors.size(), 1u);  // a switch
+  const ParsedServe bad = parse({"m", "--skip-tokenizer-init", "--chat-template", "t.jinja",
+                                 "--tool-call-parser", "glm47", "--enable-auto-tool-choice",
+                                 "--reasoning-parser", "glm45", "--test-script", "s.txt"});
+  ASSERT_EQ(bad.errors.size(), 5u) << joined(bad.errors);
+  for (const char* flag : {"--chat-template", "--tool-call-parser", "--reasoning-parser",
+                           "--enable-auto-tool-choice", "--test-script"}) {
+    const std::string want =
+        std::string(flag) +
+        " needs the tokenizer: drop it or drop --skip-tokenizer-init (token ids only)";
+    EXPECT_NE(joined(bad.errors).find(want), std::string::npos) << want;
+  }
+  // The same flags without it are fine.
+  EXPECT_TRUE(
+      parse({"m", "--chat-template", "t.jinja", "--reasoning-parser", "glm45"}).errors.empty());
+}
+
 TEST(ServeFlags, JsonFlags) {
   const ParsedServe p =
       parse({"--default-chat-template-kwargs", "{\"enable_thinking\": false}",

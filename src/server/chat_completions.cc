@@ -268,7 +268,7 @@ void check_tool_choice(const ServingContext& ctx, const ChatRequest& req) {
 std::vector<int32_t> encode_prompt(const ServingContext& ctx, const std::string& prompt,
                                    bool add_special_tokens, const char* what) {
   try {
-    return ctx.tokenizer.encode(prompt, add_special_tokens);
+    return ctx.text_tokenizer(what).encode(prompt, add_special_tokens);
   } catch (const InvalidArgument& e) {
     bad_request(e.what(), what);
   }
@@ -300,6 +300,7 @@ SamplingOptions constrained_sampling(ServingContext& ctx, const ChatRequest& req
 Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
   const ChatRequest req = parse_chat_request(parse_json_body(body), ctx.opts.defaults);
   ctx.check_model(req.model);
+  const tok::Tokenizer& tokenizer = ctx.text_tokenizer("messages");
   check_tool_choice(ctx, req);
   const bool parse_tools = req.tool_choice != ToolChoice::kNone;
   const std::string prompt = render_chat_prompt(ctx, req);
@@ -326,7 +327,7 @@ Reply handle_chat_completions(ServingContext& ctx, const std::string& body) {
                        .prompt_ids = ids};
   auto driver = std::make_shared<RequestDriver>(ctx, cfg.id);
   driver->submit(std::move(ids), sampling, "messages");
-  auto responder = std::make_shared<ChatResponder>(std::move(cfg), ctx.tokenizer);
+  auto responder = std::make_shared<ChatResponder>(std::move(cfg), tokenizer);
 
   return reply_from_driver(driver, responder, req.sampling.stream);
 }

@@ -44,7 +44,7 @@ class ChatCompletionsTest : public ::testing::Test {
   std::vector<OutputEvent> scripted(const std::string& text) {
     auto ch = std::make_shared<EventChannel>();
     OutputStream s(
-        tok_,
+        &tok_,
         {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = nullptr}, ch,
         nullptr);
     const std::string id = "r";

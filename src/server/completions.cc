@@ -13,7 +13,7 @@ namespace mls::server {
 using json = nlohmann::json;
 
 CompletionResponder::CompletionResponder(CompletionOutputConfig cfg,
-                                         const tok::Tokenizer& tokenizer)
+                                         const tok::Tokenizer* tokenizer)
     : cfg_(std::move(cfg)), tok_(tokenizer) {}
 
 CompletionResponder::Choice& CompletionResponder::choice(int index) {
@@ -38,8 +38,8 @@ void CompletionResponder::add_logprobs(int index, Choice& c, const OutputEvent& 
   if (first) c.prompt_lps = ev.prompt_logprobs;
   if (!cfg_.logprobs) return;
   if (first && i < cfg_.echo_ids.size() && !cfg_.echo_ids[i].empty())
-    append_completion_prompt_logprobs(tok_, cfg_.echo_ids[i], ev.prompt_logprobs, obj, c.offset);
-  if (!ev.logprobs.empty()) append_completion_logprobs(tok_, ev.logprobs, obj, c.offset);
+    append_completion_prompt_logprobs(*tok_, cfg_.echo_ids[i], ev.prompt_logprobs, obj, c.offset);
+  if (!ev.logprobs.empty()) append_completion_logprobs(*tok_, ev.logprobs, obj, c.offset);
 }
 
 json CompletionResponder::usage(int64_t prompt_tokens) const {
@@ -65,12 +65,17 @@ std::vector<json> CompletionResponder::stream_chunks(const std::vector<OutputEve
     json logprobs = nullptr;
     add_logprobs(ev.choice, c, ev, logprobs);
     const bool done = ev.finish != FinishReason::kNone;
-    if (text.empty() && logprobs.is_null() && !done) continue;
+    const bool ids = cfg_.return_token_ids && !ev.token_ids.empty();
+    if (text.empty() && logprobs.is_null() && !done && !ids) continue;
     json choice = {{"index", ev.choice},
                    {"text", std::move(text)},
                    {"logprobs", std::move(logprobs)},
                    {"finish_reason", done ? json(finish_reason_name(ev.finish)) : json(nullptr)}};
     if (done) choice["stop_reason"] = stop_reason_json(ev);
+    if (cfg_.return_token_ids) {
+      if (first) choice["prompt_token_ids"] = cfg_.prompt_ids.at(static_cast<size_t>(ev.choice));
+      choice["token_ids"] = ev.token_ids;
+    }
     json chunk = {{"id", cfg_.id},
                   {"object", "text_completion"},
                   {"created", cfg_.created},
@@ -95,6 +100,8 @@ void CompletionResponder::absorb(const std::vector<OutputEvent>& events) {
     Choice& c = choice(ev.choice);
     completion_tokens_ += static_cast<int64_t>(ev.token_ids.size());
     c.text += ev.text;
+    if (cfg_.return_token_ids)
+      c.token_ids.insert(c.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
     add_logprobs(ev.choice, c, ev, c.logprobs);
     if (ev.finish != FinishReason::kNone) {
       c.finish = ev.finish;
@@ -118,7 +125,12 @@ json CompletionResponder::response(int64_t prompt_tokens) const {
                    {"finish_reason", finish_reason_name(c.finish)},
                    {"stop_reason", c.stop_reason}};
     if (cfg_.prompt_logprobs)
-      choice["prompt_logprobs"] = prompt_logprob_entries(tok_, cfg_.prompt_ids.at(i), c.prompt_lps);
+      choice["prompt_logprobs"] =
+          prompt_logprob_entries(*tok_, cfg_.prompt_ids.at(i), c.prompt_lps);
+    if (cfg_.return_token_ids) {
+      choice["prompt_token_ids"] = cfg_.prompt_ids.at(i);
+      choice["token_ids"] = c.token_ids;
+    }
     choices.push_back(std::move(choice));
   }
   return {{"id", cfg_.id},       {"object", "text_completion"},   {"created", cfg_.created},
@@ -128,6 +140,15 @@ json CompletionResponder::response(int64_t prompt_tokens) const {
 Reply handle_completions(ServingContext& ctx, const std::string& body) {
   const CompletionRequest req = parse_completion_request(parse_json_body(body), ctx.opts.defaults);
   ctx.check_model(req.model);
+  // Fields that turn text into ids or ids into text: a 400 naming the field without a tokenizer.
+  for (const PromptInput& p : req.prompts)
+    if (p.text) ctx.text_tokenizer("prompt");
+  if (req.echo) ctx.text_tokenizer("echo");
+  if (req.sampling.params.logprobs >= 0) ctx.text_tokenizer("logprobs");
+  if (req.prompt_logprobs) ctx.text_tokenizer("prompt_logprobs");
+  if (!req.sampling.stop.empty()) ctx.text_tokenizer("stop");
+  if (req.sampling.structured.kind != StructuredOutput::Kind::kNone)
+    ctx.text_tokenizer(req.sampling.structured.field);
   const bool echo_logprobs = req.echo && req.sampling.params.logprobs >= 0;
   CompletionOutputConfig cfg{.id = random_id("cmpl"),
                              .model = ctx.model_name(),
@@ -137,6 +158,7 @@ Reply handle_completions(ServingContext& ctx, const std::string& body) {
                              .logprobs = req.sampling.params.logprobs >= 0,
                              .prompt_logprobs = req.prompt_logprobs,
                              .prompt_ids = {},
+                             .return_token_ids = req.return_token_ids.value_or(!ctx.tokenizer),
                              .include_usage = req.sampling.include_usage,
                              .continuous_usage = req.sampling.continuous_usage};
   SamplingOptions sampling = req.sampling;
@@ -146,15 +168,16 @@ Reply handle_completions(ServingContext& ctx, const std::string& body) {
     std::vector<int32_t> ids = p.ids;
     std::string text;
     try {
-      if (p.text) ids = ctx.tokenizer.encode(*p.text, req.add_special_tokens);
-      if (req.echo) text = p.text ? *p.text : ctx.tokenizer.decode(ids, false);
+      if (p.text) ids = ctx.text_tokenizer("prompt").encode(*p.text, req.add_special_tokens);
+      if (req.echo) text = p.text ? *p.text : ctx.text_tokenizer("echo").decode(ids, false);
     } catch (const InvalidArgument& e) {
       bad_request(e.what(), "prompt");
     }
     for (int i = 0; i < req.sampling.params.n; ++i) {
       cfg.echo.push_back(text);
       cfg.echo_ids.push_back(echo_logprobs ? ids : std::vector<int32_t>{});
-      cfg.prompt_ids.push_back(req.prompt_logprobs ? ids : std::vector<int32_t>{});
+      cfg.prompt_ids.push_back(
+          req.prompt_logprobs || cfg.return_token_ids ? ids : std::vector<int32_t>{});
     }
     driver->submit(std::move(ids), sampling, "prompt");
   }

@@ -21,14 +21,18 @@ struct CompletionOutputConfig {
   std::vector<std::vector<int32_t>> echo_ids = {};
   bool logprobs = false;
   bool prompt_logprobs = false;                       // each choice carries vLLM's prompt_logprobs
-  std::vector<std::vector<int32_t>> prompt_ids = {};  // per choice, for prompt_logprobs
+  std::vector<std::vector<int32_t>> prompt_ids = {};  // per choice (prompt_logprobs, token ids)
+  // Each choice carries prompt_token_ids (a stream: on its first chunk) and token_ids (a stream:
+  // each chunk's new ones), as vLLM's return_token_ids.
+  bool return_token_ids = false;
   bool include_usage = false;
   bool continuous_usage = false;  // every chunk carries the usage so far
 };
 
 class CompletionResponder {
  public:
-  CompletionResponder(CompletionOutputConfig cfg, const tok::Tokenizer& tokenizer);
+  // `tokenizer` null (--skip-tokenizer-init): the handler has refused logprobs.
+  CompletionResponder(CompletionOutputConfig cfg, const tok::Tokenizer* tokenizer);
 
   std::vector<nlohmann::json> stream_chunks(const std::vector<OutputEvent>& events,
                                             int64_t prompt_tokens);
@@ -47,6 +51,7 @@ class CompletionResponder {
     nlohmann::json stop_reason = nullptr;
     bool scored = false;  // the first event (which carries the prompt's logprobs) came
     std::vector<Logprobs> prompt_lps;
+    std::vector<int32_t> token_ids;  // return_token_ids
   };
   Choice& choice(int index);
   // The event's logprobs (the echoed prompt's first) appended to `obj`.
@@ -54,7 +59,7 @@ class CompletionResponder {
   nlohmann::json usage(int64_t prompt_tokens) const;
 
   CompletionOutputConfig cfg_;
-  const tok::Tokenizer& tok_;
+  const tok::Tokenizer* tok_;
   std::vector<Choice> choices_;
   int64_t completion_tokens_ = 0;
 };

@@ -47,6 +47,8 @@ Reply tokenize(const ServingContext& ctx, const std::string& body) {
   };
   if (req.contains("model") && req["model"].is_string())
     ctx.check_model(req["model"].get<std::string>());
+  const tok::Tokenizer& tokenizer =
+      ctx.text_tokenizer(req.contains("messages") ? "messages" : "prompt");
   std::string text;
   bool add_special;
   if (req.contains("messages")) {
@@ -61,14 +63,14 @@ Reply tokenize(const ServingContext& ctx, const std::string& body) {
   }
   std::vector<int32_t> ids;
   try {
-    ids = ctx.tokenizer.encode(text, add_special);
+    ids = tokenizer.encode(text, add_special);
   } catch (const InvalidArgument& e) {
     bad_request(e.what(), "prompt");
   }
   json out = {{"count", ids.size()}, {"max_model_len", ctx.max_model_len()}, {"tokens", ids}};
   if (flag("return_token_strs", false)) {
     json strs = json::array();
-    for (int32_t id : ids) strs.push_back(ctx.tokenizer.id_to_token(id));
+    for (int32_t id : ids) strs.push_back(tokenizer.id_to_token(id));
     out["token_strs"] = std::move(strs);
   } else {
     out["token_strs"] = nullptr;
@@ -80,18 +82,19 @@ Reply detokenize(const ServingContext& ctx, const std::string& body) {
   const nlohmann::ordered_json req = parse_json_body(body);
   if (req.contains("model") && req["model"].is_string())
     ctx.check_model(req["model"].get<std::string>());
+  const tok::Tokenizer& tokenizer = ctx.text_tokenizer("tokens");
   if (!req.contains("tokens") || !req["tokens"].is_array())
     bad_request("'tokens' must be a list of token ids", "tokens");
   std::vector<int32_t> ids;
   for (const auto& t : req["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-        t.get<int64_t>() >= ctx.tokenizer.vocab_size())
-      bad_request(fmt::format("'tokens' must hold ids in [0, {})", ctx.tokenizer.vocab_size()),
+        t.get<int64_t>() >= tokenizer.vocab_size())
+      bad_request(fmt::format("'tokens' must hold ids in [0, {})", tokenizer.vocab_size()),
                   "tokens");
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   try {
-    return json_reply({{"prompt", ctx.tokenizer.decode(ids, false)}});
+    return json_reply({{"prompt", tokenizer.decode(ids, false)}});
   } catch (const InvalidArgument& e) {
     bad_request(e.what(), "tokens");
   }

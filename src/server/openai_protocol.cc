@@ -148,7 +148,6 @@ constexpr Unsupported kUnsupported[] = {
      "applies to beam search, which is not supported"},
     {"truncate_prompt_tokens", never, "prompt truncation is not supported"},
     {"return_tokens_as_token_ids", is_false, "is not supported"},
-    {"return_token_ids", is_false, "is not supported"},
     {"spaces_between_special_tokens", is_true,
      "false is not supported (special tokens are joined as the tokenizer decodes them)"},
     {"priority", [](const ojson& v) { return v.is_number() && v.get<double>() == 0.0; },
@@ -165,6 +164,7 @@ constexpr Unsupported kUnsupported[] = {
 
 constexpr Unsupported kUnsupportedChat[] = {
     {"echo", is_false, "echo is supported on /v1/completions only"},
+    {"return_token_ids", is_false, "is supported on /v1/completions only"},
     {"continue_final_message", is_false, "is not supported"},
     {"chat_template", never,
      "a request-level chat template is not supported (use --chat-template)"},
@@ -234,7 +234,7 @@ constexpr std::string_view kChatFields[] = {"messages",
                                             "documents",
                                             "add_special_tokens"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "logprobs",
-                                                  "add_special_tokens"};
+                                                  "add_special_tokens", "return_token_ids"};
 
 bool listed(std::string_view name, std::span<const std::string_view> list) {
   return std::find(list.begin(), list.end(), name) != list.end();
@@ -740,6 +740,7 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
   r.echo = opt_bool(body, "echo").value_or(false);
   r.prompt_logprobs = r.sampling.params.prompt_logprobs >= 0;
   r.add_special_tokens = opt_bool(body, "add_special_tokens").value_or(true);
+  r.return_token_ids = opt_bool(body, "return_token_ids");
   if (const std::optional<int64_t> lp = opt_int(body, "logprobs")) {
     check_range(*lp >= 0 && *lp <= 20, "logprobs", "must be in [0, 20]");
     r.sampling.params.logprobs = static_cast<int>(*lp);

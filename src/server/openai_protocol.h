@@ -88,6 +88,9 @@ struct CompletionRequest {
   bool echo = false;
   bool add_special_tokens = true;
   bool prompt_logprobs = false;  // asked explicitly (echo with logprobs scores the prompt too)
+  // vLLM's return_token_ids (choices carry prompt_token_ids and token_ids); unset: the server's
+  // default (on without a tokenizer, where ids are the whole output).
+  std::optional<bool> return_token_ids;
   SamplingOptions sampling;
 };
 

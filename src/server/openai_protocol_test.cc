@@ -205,6 +205,7 @@ TEST(OpenAiProtocol, TokenConstraintsAndUnsupportedFieldsNameTheField) {
        "not supported"},
       {R"({"prompt": "x", "spaces_between_special_tokens": false})",
        "spaces_between_special_tokens", "not supported"},
+      {R"({"prompt": "x", "return_token_ids": 1})", "return_token_ids", "must be a boolean"},
   };
   for (const BadCase& c : completion) expect_400(c, false);
   const BadCase chat[] = {
@@ -216,6 +217,8 @@ TEST(OpenAiProtocol, TokenConstraintsAndUnsupportedFieldsNameTheField) {
        "only"},
       {R"({"messages": [{"role": "user", "content": "x"}], "priority": 3})", "priority",
        "not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "return_token_ids": true})",
+       "return_token_ids", "/v1/completions only"},
   };
   for (const BadCase& c : chat) expect_400(c, true);
   // Their default values are accepted.
@@ -226,6 +229,24 @@ TEST(OpenAiProtocol, TokenConstraintsAndUnsupportedFieldsNameTheField) {
   EXPECT_NO_THROW(parse_chat_request(
       parse_json_body(R"({"messages": [{"role": "user", "content": "x"}], "echo": false,
                           "modalities": ["text"], "priority": 0})"),
+      {}));
+}
+
+// return_token_ids: unset leaves the choice to the server (on without a tokenizer).
+TEST(OpenAiProtocol, ReturnTokenIdsIsKeptAsGiven) {
+  EXPECT_FALSE(parse_completion_request(parse_json_body(R"({"prompt": [1, 2]})"), {})
+                   .return_token_ids.has_value());
+  EXPECT_EQ(
+      parse_completion_request(parse_json_body(R"({"prompt": [1], "return_token_ids": true})"), {})
+          .return_token_ids,
+      true);
+  EXPECT_EQ(
+      parse_completion_request(parse_json_body(R"({"prompt": [1], "return_token_ids": false})"), {})
+          .return_token_ids,
+      false);
+  EXPECT_NO_THROW(parse_chat_request(
+      parse_json_body(
+          R"({"messages": [{"role": "user", "content": "x"}], "return_token_ids": false})"),
       {}));
 }
 

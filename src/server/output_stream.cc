@@ -45,7 +45,7 @@ bool EventChannel::wait(std::vector<OutputEvent>& out, std::chrono::milliseconds
   return true;
 }
 
-OutputStream::OutputStream(const tok::Tokenizer& tokenizer, StreamSpec spec,
+OutputStream::OutputStream(const tok::Tokenizer* tokenizer, StreamSpec spec,
                            std::shared_ptr<EventChannel> channel, Metrics* metrics)
     : tok_(tokenizer),
       spec_(std::move(spec)),
@@ -53,10 +53,12 @@ OutputStream::OutputStream(const tok::Tokenizer& tokenizer, StreamSpec spec,
       metrics_(metrics),
       stops_(spec_.stop) {
   for (int i = 0; i < spec_.n; ++i)
-    samples_.emplace_back(tok::IncrementalDetokenizer(tok_, spec_.skip_special_tokens));
+    samples_.emplace_back(
+        tok_ ? std::optional(tok::IncrementalDetokenizer(*tok_, spec_.skip_special_tokens))
+             : std::nullopt);
 }
 
-TokenCallback OutputStream::callback(const tok::Tokenizer& tokenizer, StreamSpec spec,
+TokenCallback OutputStream::callback(const tok::Tokenizer* tokenizer, StreamSpec spec,
                                      std::shared_ptr<EventChannel> channel, Metrics* metrics) {
   auto stream =
       std::make_shared<OutputStream>(tokenizer, std::move(spec), std::move(channel), metrics);
@@ -84,9 +86,9 @@ Verdict OutputStream::on_token(const TokenEvent& ev) {
 std::string OutputStream::token_text(Sample& s, int32_t id) {
   // The model's vocabulary may be padded past the tokenizer's (1024 vs 1000 ids): such ids
   // have no text.
-  if (id < 0 || id >= tok_.vocab_size()) return {};
+  if (!s.detok || id < 0 || id >= tok_->vocab_size()) return {};
   try {
-    return s.detok.push(id);
+    return s.detok->push(id);
   } catch (const InvalidArgument&) {
     return {};  // a hole in the tokenizer's id space
   }
@@ -202,7 +204,7 @@ Verdict OutputStream::handle(const TokenEvent& ev) {
     reason = FinishReason::kStop;
     stop_now = true;
   } else if (reason != FinishReason::kNone || stop_now) {
-    s.held += s.detok.flush();
+    if (s.detok) s.held += s.detok->flush();
     if (release(s, out)) {
       reason = FinishReason::kStop;
     } else {

@@ -79,22 +79,23 @@ struct StreamSpec {
   std::shared_ptr<const std::vector<int32_t>> script;
 };
 
-// The token callback of one engine request. Never throws into the engine.
+// The token callback of one engine request. Never throws into the engine. Without a tokenizer
+// (null: --skip-tokenizer-init) events carry token ids and no text.
 class OutputStream {
  public:
-  OutputStream(const tok::Tokenizer& tokenizer, StreamSpec spec,
+  OutputStream(const tok::Tokenizer* tokenizer, StreamSpec spec,
                std::shared_ptr<EventChannel> channel, Metrics* metrics);
 
   Verdict on_token(const TokenEvent& ev);
 
   // A TokenCallback owning a new OutputStream.
-  static TokenCallback callback(const tok::Tokenizer& tokenizer, StreamSpec spec,
+  static TokenCallback callback(const tok::Tokenizer* tokenizer, StreamSpec spec,
                                 std::shared_ptr<EventChannel> channel, Metrics* metrics);
 
  private:
   struct Sample {
-    explicit Sample(tok::IncrementalDetokenizer d) : detok(std::move(d)) {}
-    tok::IncrementalDetokenizer detok;
+    explicit Sample(std::optional<tok::IncrementalDetokenizer> d) : detok(std::move(d)) {}
+    std::optional<tok::IncrementalDetokenizer> detok;  // none without a tokenizer
     std::string held;    // final text not yet released: it may start a stop string
     size_t scanned = 0;  // bytes of `held` the stop automaton has seen
     StopMatcher::State stop_state = 0;
@@ -109,7 +110,7 @@ class OutputStream {
   bool release(Sample& s, OutputEvent& ev);
   void finish(Sample& s, OutputEvent& ev, FinishReason reason, const TokenEvent& src);
 
-  const tok::Tokenizer& tok_;
+  const tok::Tokenizer* tok_;
   StreamSpec spec_;
   std::shared_ptr<EventChannel> channel_;
   Metrics* metrics_;

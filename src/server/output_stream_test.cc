@@ -29,7 +29,7 @@ class OutputStreamTest : public ::testing::Test {
 
 TEST_F(OutputStreamTest, StopStringEndsTheSampleAndIsExcluded) {
   auto ch = std::make_shared<EventChannel>();
-  OutputStream s(tok_,
+  OutputStream s(&tok_,
                  {.first_choice = 0,
                   .n = 1,
                   .skip_special_tokens = true,
@@ -54,7 +54,7 @@ TEST_F(OutputStreamTest, StopStringEndsTheSampleAndIsExcluded) {
 TEST_F(OutputStreamTest, HoldsBackOnlyWhatCouldStartAStopString) {
   auto ch = std::make_shared<EventChannel>();
   OutputStream s(
-      tok_,
+      &tok_,
       {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {"XYZ"}, .script = nullptr},
       ch, nullptr);
   for (int32_t id : tok_.encode("abc dXY", false)) s.on_token(token(id));
@@ -75,7 +75,7 @@ TEST_F(OutputStreamTest, ManyStopStringsMatchLikeOne) {
   stops.push_back(" wor");
   auto ch = std::make_shared<EventChannel>();
   OutputStream s(
-      tok_,
+      &tok_,
       {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = stops, .script = nullptr},
       ch, nullptr);
   Verdict v = Verdict::kContinue;
@@ -91,8 +91,9 @@ TEST_F(OutputStreamTest, ManyStopStringsMatchLikeOne) {
 TEST_F(OutputStreamTest, AbortEndsEverySample) {
   auto ch = std::make_shared<EventChannel>();
   OutputStream s(
-      tok_, {.first_choice = 4, .n = 2, .skip_special_tokens = true, .stop = {}, .script = nullptr},
-      ch, nullptr);
+      &tok_,
+      {.first_choice = 4, .n = 2, .skip_special_tokens = true, .stop = {}, .script = nullptr}, ch,
+      nullptr);
   s.on_token(token(-1, FinishReason::kAbort));
   std::vector<OutputEvent> events;
   ch->wait(events, std::chrono::milliseconds(0));
@@ -106,7 +107,7 @@ TEST_F(OutputStreamTest, ScriptReplacesSampledTokensAndStopsAtItsEnd) {
   auto script = std::make_shared<const std::vector<int32_t>>(tok_.encode("scripted!", false));
   auto ch = std::make_shared<EventChannel>();
   OutputStream s(
-      tok_, {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = script},
+      &tok_, {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = script},
       ch, nullptr);
   Verdict v = Verdict::kContinue;
   size_t n = 0;
@@ -124,8 +125,9 @@ TEST_F(OutputStreamTest, ScriptReplacesSampledTokensAndStopsAtItsEnd) {
 TEST_F(OutputStreamTest, IdsPastTheTokenizerHaveNoText) {
   auto ch = std::make_shared<EventChannel>();
   OutputStream s(
-      tok_, {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = nullptr},
-      ch, nullptr);
+      &tok_,
+      {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = nullptr}, ch,
+      nullptr);
   EXPECT_EQ(s.on_token(token(1023, FinishReason::kLength)), Verdict::kContinue);
   std::vector<OutputEvent> events;
   ch->wait(events, std::chrono::milliseconds(0));
@@ -140,7 +142,7 @@ TEST_F(OutputStreamTest, StopReasonAndIncludeStopStr) {
   for (const bool include : {false, true}) {
     SCOPED_TRACE(include);
     auto ch = std::make_shared<EventChannel>();
-    OutputStream s(tok_,
+    OutputStream s(&tok_,
                    {.first_choice = 0,
                     .n = 1,
                     .skip_special_tokens = true,
@@ -167,7 +169,7 @@ TEST_F(OutputStreamTest, StopTokenIsTheStopReason) {
   const int32_t stop_id = tok_.encode("!", false).at(0);
   for (const bool include : {false, true}) {
     auto ch = std::make_shared<EventChannel>();
-    OutputStream s(tok_,
+    OutputStream s(&tok_,
                    {.first_choice = 0,
                     .n = 1,
                     .skip_special_tokens = true,
@@ -184,7 +186,7 @@ TEST_F(OutputStreamTest, StopTokenIsTheStopReason) {
     EXPECT_EQ(stop_reason_json(events.back()), stop_id);
   }
   auto ch = std::make_shared<EventChannel>();
-  OutputStream s(tok_,
+  OutputStream s(&tok_,
                  {.first_choice = 0,
                   .n = 1,
                   .skip_special_tokens = true,
@@ -202,8 +204,9 @@ TEST_F(OutputStreamTest, StopTokenIsTheStopReason) {
 TEST_F(OutputStreamTest, PromptLogprobsRideTheFirstEvent) {
   auto ch = std::make_shared<EventChannel>();
   OutputStream s(
-      tok_, {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = nullptr},
-      ch, nullptr);
+      &tok_,
+      {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = nullptr}, ch,
+      nullptr);
   const std::vector<Logprobs> prompt{{{7, -1.5f}, 3, {}}, {{8, -0.5f}, 1, {}}};
   TokenEvent first = token(tok_.encode("a", false).at(0));
   first.prompt_logprobs = &prompt;
@@ -223,8 +226,9 @@ TEST_F(OutputStreamTest, PromptLogprobsRideTheFirstEvent) {
 TEST_F(OutputStreamTest, AFailedEngineStepEndsEveryChoiceWithItsError) {
   auto ch = std::make_shared<EventChannel>();
   OutputStream s(
-      tok_, {.first_choice = 2, .n = 2, .skip_special_tokens = true, .stop = {}, .script = nullptr},
-      ch, nullptr);
+      &tok_,
+      {.first_choice = 2, .n = 2, .skip_special_tokens = true, .stop = {}, .script = nullptr}, ch,
+      nullptr);
   const std::string error = "the engine step serving this request failed: out of memory";
   TokenEvent ev = token(-1, FinishReason::kAbort);
   ev.error = &error;
@@ -237,6 +241,32 @@ TEST_F(OutputStreamTest, AFailedEngineStepEndsEveryChoiceWithItsError) {
     EXPECT_EQ(events[i].finish, FinishReason::kAbort);
     EXPECT_EQ(events[i].error, error);
   }
+}
+
+// --skip-tokenizer-init: no detokenizer; each event carries its token id and no text, and a
+// request's stop token still ends the sample as its stop_reason.
+TEST_F(OutputStreamTest, WithoutATokenizerEventsCarryIdsOnly) {
+  auto ch = std::make_shared<EventChannel>();
+  OutputStream s(nullptr,
+                 {.first_choice = 0,
+                  .n = 1,
+                  .skip_special_tokens = true,
+                  .stop = {},
+                  .stop_token_ids = {99},
+                  .script = nullptr},
+                 ch, nullptr);
+  EXPECT_EQ(s.on_token(token(150000)), Verdict::kContinue);  // past any tokenizer's vocabulary
+  EXPECT_EQ(s.on_token(token(7)), Verdict::kContinue);
+  EXPECT_EQ(s.on_token(token(99, FinishReason::kStop)), Verdict::kContinue);
+  std::vector<OutputEvent> events;
+  ASSERT_TRUE(ch->wait(events, std::chrono::milliseconds(0)));
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(text_of(events), "");
+  EXPECT_EQ(events[0].token_ids, std::vector<int32_t>{150000});
+  EXPECT_EQ(events[1].token_ids, std::vector<int32_t>{7});
+  EXPECT_EQ(events[2].token_ids, std::vector<int32_t>{99});
+  EXPECT_EQ(events[2].finish, FinishReason::kStop);
+  EXPECT_EQ(stop_reason_json(events[2]), 99);
 }
 
 }  // namespace

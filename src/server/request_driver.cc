@@ -1,6 +1,7 @@
 #include "server/request_driver.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -33,7 +34,9 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
   req.id = fmt::format("{}-{}", id_, engine_ids_.size());
   req.prompt_ids = std::move(prompt_ids);
   req.params = sampling.params;
-  req.params.bad_words_token_ids = bad_words_token_ids(ctx_.tokenizer, sampling.bad_words);
+  if (!sampling.bad_words.empty())
+    req.params.bad_words_token_ids =
+        bad_words_token_ids(ctx_.text_tokenizer("bad_words"), sampling.bad_words);
   req.constraint = sampling.constraint;
   StreamSpec spec{.first_choice = num_choices_,
                   .n = sampling.params.n,
@@ -51,7 +54,8 @@ void RequestDriver::submit(std::vector<int32_t> prompt_ids, const SamplingOption
     req.constraint = nullptr;
   }
   if (ctx_.opts.log_requests) {
-    std::string prompt = ctx_.tokenizer.decode(req.prompt_ids, false);
+    std::string prompt = ctx_.tokenizer ? ctx_.tokenizer->decode(req.prompt_ids, false)
+                                        : fmt::format("{}", fmt::join(req.prompt_ids, ","));
     if (ctx_.opts.max_log_len >= 0 && prompt.size() > static_cast<size_t>(ctx_.opts.max_log_len))
       prompt.resize(static_cast<size_t>(ctx_.opts.max_log_len));
     const SamplingParams& p = req.params;

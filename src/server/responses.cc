@@ -599,6 +599,7 @@ Reply handle_responses(ServingContext& ctx, const std::string& body) {
   ResponsesRequest req =
       parse_responses_request(parse_json_body(body), ctx.opts.defaults, *ctx.responses);
   ctx.check_model(req.chat.model);
+  ctx.text_tokenizer("input");
   if (req.chat.sampling.params.n != 1) bad_request("'n' must be 1 on /v1/responses", "n");
   check_tool_choice(ctx, req.chat);
   const std::string prompt = render_chat_prompt(ctx, req.chat);

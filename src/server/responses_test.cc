@@ -131,7 +131,7 @@ class ResponsesOutput : public ::testing::Test {
   std::vector<OutputEvent> scripted(const std::string& text, FinishReason last) {
     auto ch = std::make_shared<EventChannel>();
     OutputStream s(
-        tok_,
+        &tok_,
         {.first_choice = 0, .n = 1, .skip_special_tokens = true, .stop = {}, .script = nullptr}, ch,
         nullptr);
     const std::string id = "r";

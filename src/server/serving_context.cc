@@ -27,4 +27,13 @@ void ServingContext::check_model(const std::string& model) const {
   throw ApiError(404, fmt::format("The model `{}` does not exist.", model), "model");
 }
 
+const tok::Tokenizer& ServingContext::text_tokenizer(const std::string& param) const {
+  if (!tokenizer)
+    bad_request(fmt::format("'{}' needs the tokenizer, and this server runs with "
+                            "--skip-tokenizer-init: send token ids to /v1/completions",
+                            param),
+                param);
+  return *tokenizer;
+}
+
 }  // namespace mls::server

@@ -41,7 +41,7 @@ struct ServingOptions {
 
 struct ServingContext {
   ServingOptions opts;
-  const tok::Tokenizer& tokenizer;
+  const tok::Tokenizer* tokenizer;          // null with --skip-tokenizer-init
   const chat::ChatTemplate* chat_template;  // null when the model ships none
   EngineLoop& loop;
   Metrics& metrics;
@@ -52,6 +52,8 @@ struct ServingContext {
   int64_t max_model_len() const { return loop.config().limits.max_model_len; }
   // 404 unless `model` is empty or one of the served names.
   void check_model(const std::string& model) const;
+  // The tokenizer; without one (--skip-tokenizer-init) a 400 naming `param`.
+  const tok::Tokenizer& text_tokenizer(const std::string& param) const;
   const std::string& model_name() const { return opts.served_model_names.front(); }
 };
 

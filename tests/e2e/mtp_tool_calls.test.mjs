@@ -58,7 +58,10 @@ test('streamed tool calls with MTP on equal those with MTP off', {timeout: 18000
       const metrics = parsePrometheus(await (await fetch(`${server.baseURL}/metrics`)).text());
       const drafts = total(metrics, 'vllm:spec_decode_num_draft_tokens_total');
       if (mode === 'on') {
-        assert.ok(drafts > 0, 'drafts were verified');
+        // The trained layer's drafts are mostly right, so accepted drafts carry tool-call tokens.
+        const accepted = total(metrics, 'vllm:spec_decode_num_accepted_tokens_total');
+        assert.ok(drafts > 0 && accepted >= drafts / 2, `${accepted} of ${drafts} drafts accepted`);
+        console.log(`MTP k=3 on the tool-call samples: ${accepted} of ${drafts} drafts accepted`);
         assert.ok(server.log().includes('Speculative decoding: method mtp, 3 draft tokens'),
                   server.log());
       } else {

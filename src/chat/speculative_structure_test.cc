@@ -1,10 +1,14 @@
-// Structure-aware speculative decoding on the demo model (a random MTP layer beside it): with a
+// Structure-aware speculative decoding on the demo model (with its trained MTP layer): with a
 // JSON Schema and with the GLM tool-call grammar (tools present, a call required), greedy output
 // with MTP equals the serving engine's plain constrained output token for token, whether the
 // drafts are the MTP layer's own, forced right, or forced wrong (tokens the grammar refuses,
 // which end the draft before verification, and tokens it allows that the target does not
 // choose); and the tool call parses the same. ~10 s.
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
 
 #include "chat/tool_call_grammar.h"
 #include "chat/tool_parser.h"
@@ -13,8 +17,6 @@
 #include "grammar/grammar_compiler.h"
 #include "grammar/grammar_matcher.h"
 #include "grammar/test_support.h"
-#include "io/test_dir.h"
-#include "model/mtp_test_checkpoint.h"
 
 namespace mls {
 namespace {
@@ -25,20 +27,17 @@ namespace fs = std::filesystem;
 const fs::path kDemo = fs::path(MLASERVE_SOURCE_DIR) / "models/demo-glm5";
 constexpr int64_t kMaxTokens = 200;
 
-// The demo model with a random MTP layer, loaded twice: plainly for the serving engine (the
+// The demo model with its trained MTP layer, loaded twice: plainly for the serving engine (the
 // reference) and with its MTP layer for the speculative loop.
 struct Demo {
-  io::testing::TestDir dir;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<Model> mtp;
   tok::Tokenizer tok = tok::Tokenizer::from_dir(kDemo.string());
   Demo() {
-    testing::write_mtp_checkpoint(kDemo, dir.path(), 5);
-    runner =
-        std::make_unique<ModelRunner>(RunnerOptions{.model = dir.path(), .device = Device::cpu()});
+    runner = std::make_unique<ModelRunner>(RunnerOptions{.model = kDemo, .device = Device::cpu()});
     LoadOptions opts;
     opts.mtp = true;
-    mtp = Model::load(dir.path(), opts);
+    mtp = Model::load(kDemo, opts);
   }
 };
 

@@ -1,18 +1,16 @@
 // Speculative decoding with the MTP layer never changes a streamed tool call (issue 20): the
-// demo model (models/demo-glm5) with a random MTP layer, served with and without
+// demo model (models/demo-glm5) with its trained MTP layer, served with and without
 // --speculative-config, streams every tool-call sample of its first 100 held-out samples
 // through the official openai client; the chunks (reasoning, content, tool-call names and
 // arguments, finish reasons) are equal.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import {test} from 'node:test';
 import {fileURLToPath} from 'node:url';
 import OpenAI from 'openai';
 
 import {parsePrometheus, SLOWDOWN, startServer, total} from './harness.mjs';
-import {writeMtpCopy} from './mtp_checkpoint.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const demoDir = path.resolve(here, '../../models/demo-glm5');
@@ -45,42 +43,39 @@ test('streamed tool calls with MTP on equal those with MTP off', {timeout: 18000
   const golden = JSON.parse(fs.readFileSync(path.join(demoDir, 'golden.json'), 'utf8'));
   const samples = golden.heldout_eval.slice(0, 100).filter((s) => s.category === 'tool_call');
   assert.ok(samples.length >= 10, `${samples.length} tool-call samples`);
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mlaserve-mtp-'));
-  try {
-    writeMtpCopy(demoDir, dir);
-    const model = {dir, name: 'demo', maxModelLen: 2048};
-    const flags = ['--device', 'cpu', '--enable-auto-tool-choice', '--tool-call-parser', 'glm47',
-                   '--reasoning-parser', 'glm45'];
-    const results = {};
-    for (const [mode, extra] of [['off', []],
-                                 ['on', ['--speculative-config',
-                                         '{"method":"mtp","num_speculative_tokens":3}']]]) {
-      const server = await startServer([...flags, ...extra], {}, model);
-      try {
-        const client = new OpenAI({baseURL: `${server.baseURL}/v1`, apiKey: 'unused'});
-        results[mode] = [];
-        for (const s of samples) results[mode].push(await streamed(client, s));
-        const metrics = parsePrometheus(await (await fetch(`${server.baseURL}/metrics`)).text());
-        const drafts = total(metrics, 'vllm:spec_decode_num_draft_tokens_total');
-        if (mode === 'on') {
-          assert.ok(drafts > 0, 'drafts were verified');
-          assert.ok(server.log().includes('Speculative decoding: method mtp, 3 draft tokens'),
-                    server.log());
-        } else {
-          assert.equal(drafts, 0);
-        }
-      } finally {
-        const {code} = await server.stop();
-        assert.equal(code, 0, server.log());
+  const model = {dir: demoDir, name: 'demo', maxModelLen: 2048};
+  const flags = ['--device', 'cpu', '--enable-auto-tool-choice', '--tool-call-parser', 'glm47',
+                 '--reasoning-parser', 'glm45'];
+  const results = {};
+  for (const [mode, extra] of [['off', []],
+                               ['on', ['--speculative-config',
+                                       '{"method":"mtp","num_speculative_tokens":3}']]]) {
+    const server = await startServer([...flags, ...extra], {}, model);
+    try {
+      const client = new OpenAI({baseURL: `${server.baseURL}/v1`, apiKey: 'unused'});
+      results[mode] = [];
+      for (const s of samples) results[mode].push(await streamed(client, s));
+      const metrics = parsePrometheus(await (await fetch(`${server.baseURL}/metrics`)).text());
+      const drafts = total(metrics, 'vllm:spec_decode_num_draft_tokens_total');
+      if (mode === 'on') {
+        // The trained layer's drafts are mostly right, so accepted drafts carry tool-call tokens.
+        const accepted = total(metrics, 'vllm:spec_decode_num_accepted_tokens_total');
+        assert.ok(drafts > 0 && accepted >= drafts / 2, `${accepted} of ${drafts} drafts accepted`);
+        console.log(`MTP k=3 on the tool-call samples: ${accepted} of ${drafts} drafts accepted`);
+        assert.ok(server.log().includes('Speculative decoding: method mtp, 3 draft tokens'),
+                  server.log());
+      } else {
+        assert.equal(drafts, 0);
       }
+    } finally {
+      const {code} = await server.stop();
+      assert.equal(code, 0, server.log());
     }
-    let calls = 0;
-    for (let i = 0; i < samples.length; ++i) {
-      assert.deepEqual(results.on[i], results.off[i], samples[i].id);
-      calls += results.off[i].some((c) => c.delta.tool_calls) ? 1 : 0;
-    }
-    assert.ok(calls >= samples.length / 2, `${calls} of ${samples.length} streamed a tool call`);
-  } finally {
-    fs.rmSync(dir, {recursive: true, force: true});
   }
+  let calls = 0;
+  for (let i = 0; i < samples.length; ++i) {
+    assert.deepEqual(results.on[i], results.off[i], samples[i].id);
+    calls += results.off[i].some((c) => c.delta.tool_calls) ? 1 : 0;
+  }
+  assert.ok(calls >= samples.length / 2, `${calls} of ${samples.length} streamed a tool call`);
 });

@@ -17,6 +17,7 @@ import {BIN, parsePrometheus, SLOWDOWN} from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const DEMO = path.resolve(here, '../../models/demo-glm5');
+const TINY_CHAT = path.resolve(here, '../../models/tiny-glm5-chat');
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -140,7 +141,8 @@ const refused = [
            '--speculative-config.num_speculative_tokens', '3', '--tool-call-parser', 'glm47',
            '--reasoning-parser', 'glm45', '--enable-auto-tool-choice', '--served-model-name',
            'glm-5-fp8'],
-    // The demo model has no MTP layer (the recipe serves GLM-5, whose checkpoint has one).
+    // A model without an MTP layer (the recipe serves GLM-5, whose checkpoint has one).
+    model: TINY_CHAT,
     line: "  - --speculative-config method 'mtp': the checkpoint has no MTP layer " +
         '(num_nextn_predict_layers is 0 in config.json)',
   },
@@ -167,7 +169,7 @@ function runFails(args, env = {}) {
 
 for (const r of refused) {
   test(`rejected flag class golden line: ${r.name}`, () => {
-    const out = runFails([DEMO, ...r.args, '--device', 'cpu']);
+    const out = runFails([r.model ?? DEMO, ...r.args, '--device', 'cpu']);
     assert.equal(out.status, 1, out.stderr);
     assert.ok(out.stderr.split('\n').includes(r.line), out.stderr);
     assert.ok(!/Loading weights/.test(out.stderr + out.stdout));

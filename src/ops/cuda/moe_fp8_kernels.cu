@@ -31,13 +31,11 @@ __global__ void moe_active_experts_kernel(const int32_t* __restrict__ offsets, i
 // ---- Grouped GEMM --------------------------------------------------------------------------
 //
 // The block-FP8 skinny GEMM of fp8_quant_kernels.cu (see there) with the expert as grid.y: a
-// CTA of kWarps warps owns 16 output rows of one active expert and walks that expert's rows
-// 8·NT at a time (NT 8-row MMA column tiles share each weight load, so an expert with up to
-// 8·NT rows streams its weights once); warp w takes K blocks w, w + kWarps, ... with mma.sync
-// m16n8k32 e4m3 (weights as A, rows as B), each block's fp32 partial scaled by sw · sx
-// (DeepSeek's promotion per 128 K), the warps summed in warp order through shared memory.
-// Gated, the CTA computes gate and up rows together and stores silu(gate) · up. No split-K,
-// and a row's sums are the same for every NT: they never depend on the grid or the step.
+// CTA of kWarps warps owns 16 output rows of one active expert and walks that expert's rows 8
+// at a time; warp w takes K blocks w, w + kWarps, ... with mma.sync m16n8k32 e4m3 (weights as
+// A, rows as B), each block's fp32 partial scaled by sw · sx (DeepSeek's promotion per 128 K),
+// the warps summed in warp order through shared memory. Gated, the CTA computes gate and up
+// rows together and stores silu(gate) · up. No split-K: a row's sums never depend on the grid.
 
 constexpr int kWarps = 8;
 constexpr int kU = 2;  // K blocks in flight per warp
@@ -52,10 +50,10 @@ __device__ __forceinline__ uint4 load16(const uint8_t* row, int64_t k, int64_t K
   return __ldg(reinterpret_cast<const uint4*>(row + k));
 }
 
-template <bool kGated, int NT>
+template <bool kGated>
 __global__ void __launch_bounds__(kWarps * 32) moe_fp8_gemm_kernel(const MoeFp8GemmArgs a) {
   constexpr int kM = kGated ? 2 : 1;  // weight matrices
-  __shared__ float red[kWarps][kM * NT * 4][32];
+  __shared__ float red[kWarps][kM * 4][32];
 
   if (static_cast<int>(blockIdx.y) >= a.active[0]) return;
   const int e = a.active[1 + blockIdx.y];
@@ -79,27 +77,19 @@ __global__ void __launch_bounds__(kWarps * 32) moe_fp8_gemm_kernel(const MoeFp8G
     }
   }
 
-  for (int64_t tok0 = r_begin; tok0 < r_end; tok0 += 8 * NT) {
-    // Row g of each 8-row tile j.
-    const uint8_t* xrow[NT];
-    bool xok[NT];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int64_t tok = tok0 + 8 * j + g;
-      xok[j] = tok < r_end;
-      xrow[j] = a.xq + (xok[j] ? tok : 0) * a.ldq;
-    }
-    float acc[kM][NT][4];
+  for (int64_t tok0 = r_begin; tok0 < r_end; tok0 += 8) {
+    const int64_t tok = tok0 + g;
+    const bool xok = tok < r_end;
+    const uint8_t* xrow = a.xq + (xok ? tok : 0) * a.ldq;
+    float acc[kM][4];
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[m][j][r] = 0.0f;
+      for (int r = 0; r < 4; ++r) acc[m][r] = 0.0f;
 
     for (int64_t kb0 = warp; kb0 < KB; kb0 += kWarps * kU) {
       uint4 wv[kU][kM][2][2];  // [u][matrix][row g / g + 8][half of the 128-wide block]
-      uint4 xv[kU][NT][2];
+      uint4 xv[kU][2];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t kb = kb0 + u * kWarps;
@@ -111,37 +101,33 @@ __global__ void __launch_bounds__(kWarps * 32) moe_fp8_gemm_kernel(const MoeFp8G
           for (int m = 0; m < kM; ++m)
 #pragma unroll
             for (int r = 0; r < 2; ++r) wv[u][m][r][h] = load16(wrow[m][r], k, a.K, kin && wok[r]);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) xv[u][j][h] = load16(xrow[j], k, a.K, kin && xok[j]);
+          xv[u][h] = load16(xrow, k, a.K, kin && xok);
         }
       }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t kb = kb0 + u * kWarps;
         if (kb >= KB) break;
+        // C fragment: registers 0, 1 are (row g, tokens 2·t4, 2·t4 + 1), 2, 3 row g + 8.
+        const int64_t c0 = tok0 + 2 * t4;
         const float* xs = a.x_scale + kb * a.x_scale_ld;
+        const float sx0 = c0 < r_end ? __ldg(xs + c0) : 0.0f;
+        const float sx1 = c0 + 1 < r_end ? __ldg(xs + c0 + 1) : 0.0f;
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          // C fragment: registers 0, 1 are (row g, tokens 2·t4, 2·t4 + 1), 2, 3 row g + 8.
-          const int64_t c0 = tok0 + 8 * j + 2 * t4;
-          const float sx0 = c0 < r_end ? __ldg(xs + c0) : 0.0f;
-          const float sx1 = c0 + 1 < r_end ? __ldg(xs + c0 + 1) : 0.0f;
+        for (int m = 0; m < kM; ++m) {
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-          for (int m = 0; m < kM; ++m) {
-            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-              for (int s = 0; s < 2; ++s)
-                mma_e4m3(part, word(wv[u][m][0][h], 2 * s), word(wv[u][m][1][h], 2 * s),
-                         word(wv[u][m][0][h], 2 * s + 1), word(wv[u][m][1][h], 2 * s + 1),
-                         word(xv[u][j][h], 2 * s), word(xv[u][j][h], 2 * s + 1));
-            const float ws = __ldg(sw_row[m] + kb);
-            acc[m][j][0] += part[0] * (sx0 * ws);
-            acc[m][j][1] += part[1] * (sx1 * ws);
-            acc[m][j][2] += part[2] * (sx0 * ws);
-            acc[m][j][3] += part[3] * (sx1 * ws);
-          }
+            for (int s = 0; s < 2; ++s)
+              mma_e4m3(part, word(wv[u][m][0][h], 2 * s), word(wv[u][m][1][h], 2 * s),
+                       word(wv[u][m][0][h], 2 * s + 1), word(wv[u][m][1][h], 2 * s + 1),
+                       word(xv[u][h], 2 * s), word(xv[u][h], 2 * s + 1));
+          const float ws = __ldg(sw_row[m] + kb);
+          acc[m][0] += part[0] * (sx0 * ws);
+          acc[m][1] += part[1] * (sx1 * ws);
+          acc[m][2] += part[2] * (sx0 * ws);
+          acc[m][3] += part[3] * (sx1 * ws);
         }
       }
     }
@@ -149,40 +135,27 @@ __global__ void __launch_bounds__(kWarps * 32) moe_fp8_gemm_kernel(const MoeFp8G
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) red[warp][(m * NT + j) * 4 + r][lane] = acc[m][j][r];
+      for (int r = 0; r < 4; ++r) red[warp][m * 4 + r][lane] = acc[m][r];
     __syncthreads();
-    // Element idx: tile j's lane ln, C register r (row (ln >> 2) + 8·(r >= 2), token
-    // 8·j + 2·(ln & 3) + r % 2).
-    for (int idx = threadIdx.x; idx < NT * 4 * 32; idx += blockDim.x) {
-      const int jr = idx >> 5, j = jr >> 2, r = jr & 3, ln = idx & 31;
+    // Element idx: lane ln's C register r (row (ln >> 2) + 8·(r >= 2), token 2·(ln & 3) + r % 2).
+    for (int idx = threadIdx.x; idx < 4 * 32; idx += blockDim.x) {
+      const int r = idx >> 5, ln = idx & 31;
       const int64_t row = n0 + (ln >> 2) + (r >= 2 ? 8 : 0);
-      const int64_t t = tok0 + 8 * j + 2 * (ln & 3) + (r & 1);
+      const int64_t t = tok0 + 2 * (ln & 3) + (r & 1);
       if (row >= a.N || t >= r_end) continue;
       float v[kM];
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         v[m] = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) v[m] += red[w][(m * NT + j) * 4 + r][ln];
+        for (int w = 0; w < kWarps; ++w) v[m] += red[w][m * 4 + r][ln];
       }
       float out = v[0];
       if constexpr (kGated) out = v[0] / (1.0f + __expf(-v[0])) * v[1];
       static_cast<__nv_bfloat16*>(a.y)[t * a.ldy + row] = __float2bfloat16(out);
     }
-    __syncthreads();  // red is reused by the next rows
+    __syncthreads();  // red is reused by the next 8 rows
   }
-}
-
-template <bool kGated>
-void launch_tiles(const MoeFp8GemmArgs& a, dim3 grid, int nt, cudaStream_t stream) {
-  if (nt == 1)
-    moe_fp8_gemm_kernel<kGated, 1><<<grid, kWarps * 32, 0, stream>>>(a);
-  else if (nt == 2)
-    moe_fp8_gemm_kernel<kGated, 2><<<grid, kWarps * 32, 0, stream>>>(a);
-  else
-    moe_fp8_gemm_kernel<kGated, 3><<<grid, kWarps * 32, 0, stream>>>(a);
 }
 
 }  // namespace
@@ -201,14 +174,10 @@ cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream) {
   if (row_tiles > std::numeric_limits<int>::max() || a.max_active > 65535 || a.K % 16 != 0)
     return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.max_active));
-  // Row tiles per weight pass from the mean rows per active expert: wider tiles stream an
-  // expert's weights once for more rows, narrower ones waste no work on single rows (decode).
-  const int64_t mean_rows = a.rows / a.max_active;
-  const int nt = mean_rows <= 2 ? 1 : mean_rows <= 6 ? 2 : 3;
   if (a.gated)
-    launch_tiles<true>(a, grid, nt, stream);
+    moe_fp8_gemm_kernel<true><<<grid, kWarps * 32, 0, stream>>>(a);
   else
-    launch_tiles<false>(a, grid, nt, stream);
+    moe_fp8_gemm_kernel<false><<<grid, kWarps * 32, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

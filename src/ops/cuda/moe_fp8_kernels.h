@@ -35,7 +35,6 @@ struct MoeFp8GemmArgs {
   const int32_t* offsets;
   const int32_t* active;  // from launch_moe_active_experts
   int max_active;         // host bound on active[0]: min(E, rows)
-  int64_t rows;           // the step's (token, expert) rows
   void* y;                // bf16 [rows, ldy]
   int64_t ldy;
   int64_t N, K;

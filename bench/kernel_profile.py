@@ -22,8 +22,7 @@ import shutil
 import subprocess
 import sys
 
-METRICS = ("gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,"
-           "launch__grid_size,launch__block_size")
+METRICS = "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum"
 
 
 def find_ncu(given):

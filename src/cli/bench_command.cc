@@ -96,12 +96,10 @@ void synchronize(const Device& device) {
 // The profiled step is the window a profiler started with capture off records, so
 // `ncu --profile-from-start off mlaserve bench ...` times exactly its kernels.
 void profiler_window(const Device& device, bool open) {
+  synchronize(device);
 #ifdef MLASERVE_CUDA_RUNTIME
-  if (device.type != DeviceType::kCuda) return;
-  cuda::synchronize();
-  open ? cuda::profiler_start() : cuda::profiler_stop();
+  if (device.type == DeviceType::kCuda) open ? cuda::profiler_start() : cuda::profiler_stop();
 #else
-  (void)device;
   (void)open;
 #endif
 }

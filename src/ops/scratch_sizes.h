@@ -38,6 +38,11 @@ inline constexpr int64_t kAttentionTargetCtas = 256;
 inline constexpr int64_t kAttentionScratchFloats = int64_t{64} << 20;
 inline constexpr int kAttentionMaxDv = 512;
 
+// Heads per CTA when the step has queries enough to fill the GPU: all of them, up to 64.
+constexpr int64_t attention_wide_head_group(int64_t H) {
+  return H <= 16 ? 16 : H <= 32 ? 32 : 64;
+}
+
 struct AttentionSplits {
   int64_t splits = 1;
   int64_t keys_per_split = kAttentionKeysPerSplit;
@@ -56,7 +61,7 @@ constexpr AttentionSplits attention_splits(int64_t T, int64_t H, int64_t key_hea
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t n = std::max<int64_t>(n_list, 1);
   s.splits = ceil_div(n, kAttentionKeysPerSplit);
-  s.head_group = H <= 16 ? 16 : H <= 32 ? 32 : 64;
+  s.head_group = attention_wide_head_group(H);
   // CTAs per query with this cut (a dense list's splits do not count: see above).
   auto per_query = [&] { return (sparse ? s.splits : 1) * ceil_div(H, s.head_group); };
   auto split_closer = [&](int64_t min_keys) {

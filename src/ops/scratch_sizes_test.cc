@@ -43,7 +43,7 @@ TEST(AttentionSplits, EveryCutCoversTheListInWholeTiles) {
           EXPECT_LT((s.splits - 1) * s.keys_per_split, n);  // no split is empty for all queries
           EXPECT_TRUE(s.head_group == 16 || s.head_group == 32 || s.head_group == 64);
           // Narrow CTAs or close boundaries only where the wide cut leaves the GPU short.
-          const int64_t wide = H <= 16 ? 16 : H <= 32 ? 32 : 64;
+          const int64_t wide = attention_wide_head_group(H);
           if (T * ((H + wide - 1) / wide) >= kAttentionTargetCtas) {
             EXPECT_EQ(s.head_group, wide);
             EXPECT_EQ(s.keys_per_split, kAttentionKeysPerSplit);

@@ -103,6 +103,56 @@ def make_batch(p_ids, t_ids, idx, pad, device):
     return x.to(device), y.to(device)
 
 
+def begin_run(out_dir, data_dir):
+    """Seeds, the output directory and the device of a training run, and its data splits
+    (generate_data.py's train.jsonl and heldout.jsonl): (device, train samples, held-out)."""
+    random.seed(0)
+    torch.manual_seed(0)
+    os.makedirs(out_dir, exist_ok=True)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    log("torch", torch.__version__, "transformers", transformers.__version__, "device", dev)
+
+    def read(name):
+        with open(os.path.join(data_dir, name), encoding="utf-8") as f:
+            return [json.loads(l) for l in f]
+    return dev, read("train.jsonl"), read("heldout.jsonl")
+
+
+def length_batches(lens, batch, rng):
+    """Endless training batches of sample indices: mega-batches of 16 batches from a shuffled
+    order, sorted by length (less padding), one batch of each taken at random and the rest put
+    back in front of the order."""
+    order = []
+    while True:
+        if len(order) < batch * 16:
+            perm = list(range(len(lens)))
+            rng.shuffle(perm)
+            order += perm
+        chunk, order = order[:batch * 16], order[batch * 16:]
+        chunk.sort(key=lambda i: lens[i])
+        b = rng.randrange(16)
+        order = chunk[:b * batch] + chunk[(b + 1) * batch:] + order
+        yield chunk[b * batch:(b + 1) * batch]
+
+
+def adamw_cosine(params, lr, steps, warmup_cap, max_seconds, t0):
+    """AdamW with weight decay on matrices only, and its schedule: linear warm-up over
+    min(warmup_cap, steps / 10) steps, then cosine to 10 % over max(step fraction, (now - t0) /
+    max_seconds), a safety net that keeps the run inside its time budget."""
+    params = list(params)
+    decay = [p for p in params if p.ndim >= 2]
+    nodecay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    warm = max(1, min(warmup_cap, steps // 10))
+
+    def progress(s):
+        return min(1.0, max(s / steps, (time.time() - t0) / max_seconds))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress(s)))))
+    return opt, sched
+
+
 @torch.no_grad()
 def exact_match(model, p_ids, t_ids, pad, device, bs=64, autocast=False):
     """Greedy exact match by teacher forcing: greedy decoding reproduces the target iff the
@@ -147,14 +197,7 @@ def main():
     ap.add_argument("--n-eval", type=int, default=100)
     a = ap.parse_args()
     t_start = time.time()
-    random.seed(0)
-    torch.manual_seed(0)
-    os.makedirs(a.out, exist_ok=True)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    log("torch", torch.__version__, "transformers", transformers.__version__, "device", dev)
-
-    train = [json.loads(l) for l in open(os.path.join(a.data, "train.jsonl"), encoding="utf-8")]
-    held = [json.loads(l) for l in open(os.path.join(a.data, "heldout.jsonl"), encoding="utf-8")]
+    dev, train, held = begin_run(a.out, a.data)
     tr_text = [render.render_sample(s) + s["target"] for s in train]
     seen_text = set(tr_text)
     n_held = len(held)
@@ -178,36 +221,17 @@ def main():
     model = transformers.GlmMoeDsaForCausalLM(cfg).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     log("params", n_params, "attn", cfg._attn_implementation, "experts", getattr(cfg, "_experts_implementation", None))
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    nodecay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    warm = max(1, min(200, a.steps // 10))
     t0 = time.time()
-
-    def progress(s):
-        return min(1.0, max(s / a.steps, (time.time() - t0) / a.max_train_seconds))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
-        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress(s)))))
-    rng = random.Random(0)
+    opt, sched = adamw_cosine(model.parameters(), a.lr, a.steps, 200, a.max_train_seconds, t0)
+    batches = length_batches(lens, a.batch, random.Random(0))
     model.train()
-    order = []
     steps_done = 0
     for step in range(a.steps):
         if time.time() - t0 > a.max_train_seconds:
             log("time budget reached at step", step)
             break
         steps_done = step + 1
-        if len(order) < a.batch * 16:
-            perm = list(range(len(train)))
-            rng.shuffle(perm)
-            order += perm
-        chunk, order = order[:a.batch * 16], order[a.batch * 16:]
-        # mega-batch sorted by length (less padding), one batch of it at random
-        chunk.sort(key=lambda i: lens[i])
-        b = rng.randrange(16)
-        idx = chunk[b * a.batch:(b + 1) * a.batch]
-        order = chunk[:b * a.batch] + chunk[(b + 1) * a.batch:] + order
+        idx = next(batches)
         x, y = make_batch(tp, tt, idx, pad, dev)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=(dev == "cuda")):
             logits = model(input_ids=x, use_cache=False).logits

@@ -12,7 +12,7 @@ model.safetensors (every main tensor bitwise the MODELDIR one, checked, plus the
 checkpoints carry), config.json (+ num_nextn_predict_layers 1) and mtp_golden.json (MTP logits of
 held-out chats in float32 on the CPU from the exported weights).
 """
-import argparse, json, math, multiprocessing, os, random, sys, time
+import argparse, json, multiprocessing, os, random, sys, time
 
 import torch
 import torch.nn.functional as F
@@ -79,14 +79,7 @@ def main():
     ap.add_argument("--n-golden", type=int, default=3)
     a = ap.parse_args()
     t_start = time.time()
-    random.seed(0)
-    torch.manual_seed(0)
-    os.makedirs(a.out, exist_ok=True)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    log("torch", torch.__version__, "transformers", transformers.__version__, "device", dev)
-
-    train_s = [json.loads(l) for l in open(os.path.join(a.data, "train.jsonl"), encoding="utf-8")]
-    held = [json.loads(l) for l in open(os.path.join(a.data, "heldout.jsonl"), encoding="utf-8")]
+    dev, train_s, held = train.begin_run(a.out, a.data)
     tr_prompts = render_all(train_s)
     seen = {p + s["target"] for p, s in zip(tr_prompts, train_s)}
     h_prompts = render_all(held)
@@ -113,34 +106,17 @@ def main():
     acc0 = acceptance(model, mtp, hp[:500], ht[:500], pad, dev)
     log(f"before training: held-out (500) teacher-forced k=1 acceptance {acc0[0]:.4f}, top-1 {acc0[1]:.4f}")
 
-    decay = [p for p in mtp.parameters() if p.ndim >= 2]
-    nodecay = [p for p in mtp.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    warm = max(1, min(100, a.steps // 10))
     t0 = time.time()
-
-    def progress(s):
-        return min(1.0, max(s / a.steps, (time.time() - t0) / a.max_train_seconds))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
-        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress(s)))))
-    rng = random.Random(0)
+    opt, sched = train.adamw_cosine(mtp.parameters(), a.lr, a.steps, 100, a.max_train_seconds, t0)
+    batches = train.length_batches(lens, a.batch, random.Random(0))
     mtp.train()
-    order, steps_done, ema = [], 0, None
+    steps_done, ema = 0, None
     for step in range(a.steps):
         if time.time() - t0 > a.max_train_seconds:
             log("time budget reached at step", step)
             break
         steps_done = step + 1
-        if len(order) < a.batch * 16:
-            perm = list(range(len(train_s)))
-            rng.shuffle(perm)
-            order += perm
-        chunk, order = order[:a.batch * 16], order[a.batch * 16:]
-        chunk.sort(key=lambda i: lens[i])
-        b = rng.randrange(16)
-        idx = chunk[b * a.batch:(b + 1) * a.batch]
-        order = chunk[:b * a.batch] + chunk[(b + 1) * a.batch:] + order
+        idx = next(batches)
         x, y = train.make_batch(tp, tt, idx, pad, dev)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=(dev == "cuda")):
             with torch.no_grad():

@@ -8,16 +8,24 @@ Node.js is. Standard library only.
         --prompt-len 1024 --max-tokens 256 --concurrency 1,16,64,256 --requests 2
     # chat text (a server with a tokenizer):
     python3 bench/serve_tpot.py --url http://127.0.0.1:8000 --concurrency 1,8,64 --max-tokens 128
+    # the demo model's held-out chats (their templated prompt ids, their own lengths):
+    python3 bench/serve_tpot.py --url http://127.0.0.1:8000 \
+        --samples models/demo-glm5/golden.json --concurrency 1,8,64 --requests 4
 
 C clients each send --requests streaming requests back to back (greedy, ignore_eos, max_tokens
-fixed), so a level is --requests waves of C sequences of equal length. Two request kinds:
+fixed), so a level is --requests waves of C sequences of equal length. Three request kinds:
 
 - token ids (--prompt-len N): /v1/completions with N pseudo-random ids below the vocabulary
   (--vocab, or config.json's vocab_size of --model-dir), seeded per request (--seed) so that
   no two prompts share a prefix (no prefix-cache hits) and a rerun sends the same ids;
   return_token_ids, so every chunk says how many tokens it carries (several with speculative
   decoding).
-- chat (no --prompt-len): /v1/chat/completions with a short message; each content delta counts
+- held-out samples (--samples, a golden.json with "heldout_eval"): request i sends sample
+  i mod count as token ids (its chat-templated prompt_ids) with max_tokens = its target length,
+  so that greedy output is the sample's own continuation (what the model was trained to say:
+  the acceptance speculative decoding gets on real chats). Lengths differ, so the mid-stream
+  figure mixes steps of fewer sequences.
+- chat (neither): /v1/chat/completions with a short message; each content delta counts
   as one chunk and the token count comes from the stream's usage chunk.
 
 Per request: TTFT (request sent to first token), TPOT = (last token − first token) /
@@ -60,11 +68,20 @@ def request_body(cfg, index):
               "stream": True, "stream_options": {"include_usage": True}}
     if cfg["model"]:
         common["model"] = cfg["model"]
+    if cfg["samples"]:
+        s = cfg["samples"][index % len(cfg["samples"])]
+        common["max_tokens"] = len(s["target_ids"])
+        return "/v1/completions", {"prompt": s["prompt_ids"], "return_token_ids": True, **common}
     if cfg["prompt_len"]:
         ids = prompt_ids(cfg["seed"], index, cfg["prompt_len"], cfg["vocab"])
         return "/v1/completions", {"prompt": ids, "return_token_ids": True, **common}
     messages = [{"role": "user", "content": f"Request {index}: write something."}]
     return "/v1/chat/completions", {"messages": messages, **common}
+
+
+def token_ids(cfg):
+    """Whether the requests send (and stream back) token ids."""
+    return bool(cfg["prompt_len"] or cfg["samples"])
 
 
 def chunk_tokens(chunk, token_ids):
@@ -102,19 +119,19 @@ def one(url, cfg, index):
             raise RuntimeError(f"request {index}: {chunk['error']}")
         if chunk.get("usage"):
             usage_tokens = chunk["usage"]["completion_tokens"]
-        n = chunk_tokens(chunk, bool(cfg["prompt_len"]))
+        n = chunk_tokens(chunk, token_ids(cfg))
         if n:
             total += n
             arrivals.append((t, total))
     tokens = usage_tokens if usage_tokens is not None else total
     if not arrivals or tokens < 2:
         raise RuntimeError(f"request {index}: {tokens} tokens streamed")
-    if cfg["prompt_len"] and total != tokens:
+    if token_ids(cfg) and total != tokens:
         raise RuntimeError(f"request {index}: chunks carried {total} ids, usage says {tokens}")
     first, last = arrivals[0][0], arrivals[-1][0]
     out = {"ttft": first - t0, "tpot": (last - first) / (tokens - 1), "tokens": tokens,
            "start": t0, "end": t_end, "mid": None}
-    if cfg["prompt_len"] and tokens >= 8:
+    if token_ids(cfg) and tokens >= 8:
         def arrival_of(k):  # when the k-th token (1-based) arrived
             return next(t for t, n in arrivals if n >= k)
         lo, hi = tokens // 4, (3 * tokens) // 4
@@ -210,6 +227,8 @@ def add_load_args(p):
     p.add_argument("--prompt-len", type=int, default=0,
                    help="token-id prompts of this length to /v1/completions (0: chat text)")
     p.add_argument("--vocab", type=int, default=0, help="prompt ids below this")
+    p.add_argument("--samples", default="",
+                   help="a golden.json whose heldout_eval samples are the prompts (token ids)")
     p.add_argument("--seed", type=int, default=0, help="of the prompt ids")
     p.add_argument("--processes", type=int, default=min(8, os.cpu_count() or 1),
                    help="client processes the concurrent streams are spread over")
@@ -220,8 +239,13 @@ def load_config(a, model_dir, served_name):
     vocab = a.vocab or (vocab_of(model_dir) if model_dir else 0)
     if a.prompt_len and vocab <= 0:
         raise SystemExit("--prompt-len needs --vocab or --model-dir (config.json's vocab_size)")
+    samples = []
+    if a.samples:
+        with open(a.samples) as f:
+            samples = [{"prompt_ids": s["prompt_ids"], "target_ids": s["target_ids"]}
+                       for s in json.load(f)["heldout_eval"]]
     return {"model": served_name, "max_tokens": a.max_tokens, "prompt_len": a.prompt_len,
-            "vocab": vocab, "seed": a.seed, "index_base": 0}
+            "vocab": vocab, "seed": a.seed, "index_base": 0, "samples": samples}
 
 
 def main():

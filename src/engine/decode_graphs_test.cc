@@ -49,9 +49,9 @@ TEST(DecodeGraphs, PlainDecodesPadToTheSmallestCapturedBucket) {
   prefill.seqs[1].num_new = 2;
   prefill.token_ids.push_back(3);
   EXPECT_EQ(graph_bucket_for(captured, prefill), 0);
-  ForwardBatch scoring = decodes(2);
-  scoring.seqs[0].logits = SequenceChunk::Logits::kAll;
-  EXPECT_EQ(graph_bucket_for(captured, scoring), 0);
+  ForwardBatch middle = decodes(2);
+  middle.seqs[1].logits = SequenceChunk::Logits::kNone;
+  EXPECT_EQ(graph_bucket_for(captured, middle), 0);
 
   const ForwardBatch padded = pad_decode_batch(decodes(3), 4);
   ASSERT_EQ(padded.seqs.size(), 4u);
@@ -59,6 +59,25 @@ TEST(DecodeGraphs, PlainDecodesPadToTheSmallestCapturedBucket) {
   EXPECT_EQ(padded.seqs[3].num_cached, padded.seqs[2].num_cached);
   EXPECT_EQ(padded.seqs[3].block_table, padded.seqs[2].block_table);
   EXPECT_EQ(padded.num_logit_rows(), 4);
+}
+
+// A speculative verify step (every token of a chunk a logits row) takes the bucket of its
+// tokens; padding repeats its last token as one-token decodes at that token's position.
+TEST(DecodeGraphs, VerifyStepsPadByTokens) {
+  const std::vector<int64_t> captured{1, 2, 4, 8};
+  ForwardBatch verify = decodes(2);
+  verify.seqs[1].num_new = 3;
+  verify.seqs[1].logits = SequenceChunk::Logits::kAll;
+  verify.token_ids.insert(verify.token_ids.end(), {20, 21});
+  EXPECT_EQ(graph_bucket_for(captured, verify), 4);
+  const ForwardBatch padded = pad_decode_batch(verify, 8);
+  EXPECT_EQ(padded.num_tokens(), 8);
+  EXPECT_EQ(padded.num_logit_rows(), 8);
+  ASSERT_EQ(padded.seqs.size(), 6u);
+  EXPECT_EQ(padded.token_ids.back(), 21);
+  EXPECT_EQ(padded.seqs[2].num_cached, verify.seqs[1].num_cached + 2);
+  EXPECT_EQ(padded.seqs[2].num_new, 1);
+  EXPECT_EQ(padded.seqs[5].block_table, verify.seqs[1].block_table);
 }
 
 TEST(DecodeGraphs, OnlyAGpuAtOneRankWithoutEnforceEagerCaptures) {

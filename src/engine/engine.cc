@@ -258,7 +258,13 @@ bool Engine::step() {
       ~JoinMasks() { w.abandon(); }
     } join{mask_worker_};
     try {
-      if (speculative) {
+      if (speculative && can_sample_on_device() &&
+          std::all_of(sampled_.begin(), sampled_.end(), [this](const Sequence* seq) {
+            return !drafts_for(*seq) || speculates_on_device(*seq);
+          })) {
+        verify_on_device();
+        draft(chunks);
+      } else if (speculative) {
         // On the host: the drafting sequences' rounds need every verify row's distribution.
         const Tensor logits = runner_.forward_keep_hidden(batch_);
         if (masked_) masks();
@@ -329,16 +335,17 @@ void Engine::fail_step(const std::vector<ScheduledChunk>& chunks, const std::str
 // (prompt_logprobs) has a row for every prompt token.
 bool Engine::can_sample_on_device() const {
   if (!cfg_.device_sampling || scores_prompt_) return false;
-  for (const Sequence* seq : sampled_) {
-    const RequestState& rs = *seq->request;
-    const SamplingParams& p = rs.req.params;
-    if (p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
-        p.logprobs >= 0 || (seq->num_output() < p.min_tokens && !rs.stop_ids.empty()) ||
-        !p.logit_bias.empty() || !p.allowed_token_ids.empty() || !p.bad_words_token_ids.empty() ||
-        (rs.seqs.size() == 1 && p.n > 1))
-      return false;
-  }
-  return true;
+  return std::all_of(sampled_.begin(), sampled_.end(),
+                     [this](const Sequence* seq) { return samples_on_device(*seq); });
+}
+
+bool Engine::samples_on_device(const Sequence& seq) const {
+  const RequestState& rs = *seq.request;
+  const SamplingParams& p = rs.req.params;
+  return p.repetition_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0 &&
+         p.logprobs < 0 && !(seq.num_output() < p.min_tokens && !rs.stop_ids.empty()) &&
+         p.logit_bias.empty() && p.allowed_token_ids.empty() && p.bad_words_token_ids.empty() &&
+         !(rs.seqs.size() == 1 && p.n > 1);
 }
 
 // Rows of a prompt-scoring chunk: row j (position num_cached + j) gives the distribution of
@@ -452,6 +459,58 @@ SpeculativeSequence Engine::speculative_view(const Sequence& seq) const {
           .vocab = vocab_};
 }
 
+bool Engine::speculates_on_device(const Sequence& seq) const {
+  return cfg_.device_sampling && seq.request->req.params.greedy() && samples_on_device(seq);
+}
+
+void Engine::verify_on_device() {
+  // Every logits row of the step: a drafting sequence's verify rows (the last drafts + 1 of its
+  // chunk) are greedy, as are the rows nobody reads; a plain sequence draws its row as always.
+  rows_.assign(static_cast<size_t>(batch_.num_logit_rows()), ops::RowSampling{});
+  for (size_t r = 0; r < sampled_.size(); ++r)
+    if (!drafts_for(*sampled_[r]))
+      rows_[static_cast<size_t>(sample_rows_[r])] =
+          Sampler::row_sampling(sample_input(*sampled_[r], sampled_[r]->sample_index));
+  // Each verify row under the mask its draft was drawn under (the round's), a round nobody
+  // drafted under the mask worker's.
+  const auto verify_masks = [this]() -> std::span<const uint32_t> {
+    const std::span<const uint32_t> worker = masks();
+    const auto words = static_cast<size_t>(mask_words_);
+    spec_masks_.assign(rows_.size() * words, ~0u);
+    for (size_t r = 0; r < sampled_.size(); ++r) {
+      const Sequence& seq = *sampled_[r];
+      if (!seq.constraint) continue;
+      uint32_t* first = spec_masks_.data() + static_cast<size_t>(sample_rows_[r]) * words;
+      if (seq.drafts.masks.empty())
+        std::copy_n(worker.data() + r * words, words, first);
+      else
+        for (size_t i = 0; i < seq.drafts.masks.size(); ++i)
+          std::copy_n(seq.drafts.masks[i].data(), words, first + i * words);
+    }
+    return spec_masks_;
+  };
+  const SampledRows drawn = runner_.forward_sample(
+      batch_, rows_, nullptr, masked_ ? ModelRunner::MaskSource(verify_masks) : nullptr, true);
+  scheduler_.commit();
+  for (size_t r = 0; r < sampled_.size(); ++r) {
+    Sequence& seq = *sampled_[r];
+    const auto row = static_cast<size_t>(sample_rows_[r]);
+    if (masked_ && mask_failed_[r])
+      finish(seq, FinishReason::kAbort, true);
+    else if (drafts_for(seq))
+      accept_drawn(seq,
+                   std::span(drawn.ids).subspan(row, static_cast<size_t>(seq.drafts.size()) + 1));
+    else
+      emit(seq, drawn.ids[row], nullptr);
+  }
+}
+
+void Engine::accept_drawn(Sequence& seq, std::span<const int32_t> ids) {
+  const DraftRound round = std::move(seq.drafts);
+  seq.drafts.clear();
+  commit_round(seq, round, accept_greedy_round(ids, round, spec_stats_));
+}
+
 void Engine::accept(Sequence& seq, const float* logits, size_t mask_row_index) {
   DraftRound round = std::move(seq.drafts);
   seq.drafts.clear();
@@ -461,8 +520,12 @@ void Engine::accept(Sequence& seq, const float* logits, size_t mask_row_index) {
     const std::span<const uint32_t> m = mask_row(mask_row_index);
     round.masks.emplace_back(m.begin(), m.end());
   }
-  const RejectionOutcome o =
-      accept_round(sampler_, speculative_view(seq), logits, seq.tokens, round, spec_stats_);
+  commit_round(
+      seq, round,
+      accept_round(sampler_, speculative_view(seq), logits, seq.tokens, round, spec_stats_));
+}
+
+void Engine::commit_round(Sequence& seq, const DraftRound& round, const RejectionOutcome& o) {
   // The accepted drafts' KV, written by the verify past the last token, now holds committed
   // tokens; the rejected tail's slots are rewritten by the next step before anything reads them.
   seq.num_computed += o.accepted;
@@ -527,7 +590,56 @@ void Engine::draft(const std::vector<ScheduledChunk>& chunks) {
            mtp_batch_.num_tokens() - 1});
   }
   if (mtp_batch_.seqs.empty()) return;
-  Tensor logits = runner_.forward_mtp(mtp_batch_, carry_rows);
+  // Greedy drafts are drawn on the device (each row's first maximum under its fork's mask, which
+  // the host computes while the MTP step runs): only ids come back. Otherwise each MTP logits
+  // row comes back for the host's draw.
+  const bool on_device = std::all_of(active.begin(), active.end(), [this](const Drafting& d) {
+    return speculates_on_device(*d.seq);
+  });
+  const bool constrained = std::any_of(
+      active.begin(), active.end(), [](const Drafting& d) { return d.seq->constraint != nullptr; });
+  // A catch-up the MTP layer's CUDA graphs can serve once every token is a logits row reads them
+  // all (ModelRunner::mtp_graph_bucket); a drafting sequence's row is then its last token's.
+  // Every later draft step has one token, and one row, per sequence.
+  bool rows_are_tokens = false;
+  if (on_device && !runner_.captured_mtp_buckets().empty()) {
+    ForwardBatch every_row = mtp_batch_;
+    for (SequenceChunk& sc : every_row.seqs) sc.logits = SequenceChunk::Logits::kAll;
+    if (runner_.mtp_graph_bucket(every_row) > 0) {
+      mtp_batch_ = std::move(every_row);
+      rows_are_tokens = true;
+    }
+  }
+  const auto logit_row = [&](size_t a) {
+    return rows_are_tokens ? static_cast<size_t>(active[a].row) : a;
+  };
+  const auto fork_masks = [&]() -> std::span<const uint32_t> {
+    const auto words = static_cast<size_t>(mask_words_);
+    spec_masks_.assign(rows_.size() * words, ~0u);
+    for (size_t a = 0; a < active.size(); ++a) {
+      const std::span<const uint32_t> m = active[a].drafter.mask();
+      std::copy(m.begin(), m.end(),
+                spec_masks_.begin() + static_cast<std::ptrdiff_t>(logit_row(a) * words));
+    }
+    return spec_masks_;
+  };
+  Tensor logits;
+  SampledRows drawn;
+  const auto run_mtp = [&] {
+    if (!on_device) {
+      logits = runner_.forward_mtp(mtp_batch_, carry_rows);
+      return;
+    }
+    rows_.assign(static_cast<size_t>(mtp_batch_.num_logit_rows()), ops::RowSampling{});
+    drawn = runner_.forward_mtp_sample(mtp_batch_, carry_rows, rows_,
+                                       constrained ? ModelRunner::MaskSource(fork_masks) : nullptr);
+  };
+  const auto add = [&](Drafting& d, size_t a) {
+    const size_t r = logit_row(a);
+    return on_device ? d.drafter.add_drawn(drawn.ids[r], drawn.logprobs[r], spec_stats_)
+                     : d.drafter.add(sampler_, logits.data<float>() + a * vocab_, spec_stats_);
+  };
+  run_mtp();
   // Drafts 2..k apply the same layer to its own output and the draft just chosen, one token a
   // step for every sequence still drafting.
   for (int64_t i = 0; !active.empty(); ++i) {
@@ -537,7 +649,7 @@ void Engine::draft(const std::vector<ScheduledChunk>& chunks) {
     size_t kept = 0;
     for (size_t a = 0; a < active.size(); ++a) {
       Drafting& d = active[a];
-      if (!d.drafter.add(sampler_, logits.data<float>() + a * vocab_, spec_stats_)) {
+      if (!add(d, a)) {
         d.seq->drafts = d.drafter.take();
         continue;
       }
@@ -554,7 +666,8 @@ void Engine::draft(const std::vector<ScheduledChunk>& chunks) {
     }
     active.erase(active.begin() + static_cast<std::ptrdiff_t>(kept), active.end());
     if (active.empty()) break;
-    logits = runner_.forward_mtp(mtp_batch_, carry_rows);
+    rows_are_tokens = true;
+    run_mtp();
   }
 }
 

@@ -97,6 +97,8 @@ class Engine {
   void admit(std::unique_ptr<RequestState> rs);
   void abort_now(const std::string& id);
   bool can_sample_on_device() const;
+  // Whether the sequence's draw needs nothing the host's copy of its logits row gives.
+  bool samples_on_device(const Sequence& seq) const;
   SampleInput sample_input(const Sequence& seq, int sample_index) const;
   void score_prompts(const std::vector<ScheduledChunk>& chunks, const float* logits);
   // Structured outputs: starts computing the allowed-token masks of this step's constrained
@@ -109,8 +111,18 @@ class Engine {
   // sequence decodes plainly in the same steps).
   bool drafts_for(const Sequence& seq) const;
   SpeculativeSequence speculative_view(const Sequence& seq) const;
+  // Whether its drafts and verify rows are drawn on the device (greedy, nothing host-only): only
+  // token ids come back (ModelRunner::forward_sample, forward_mtp_sample).
+  bool speculates_on_device(const Sequence& seq) const;
+  // A speculative step whose every row is drawn on the device: the target forward keeps its
+  // hidden states and returns the ids of each verify row (the drafts' masks applied).
+  void verify_on_device();
   // Accepts the sequence's verified round (`logits`: its drafts + 1 rows) and emits the tokens.
   void accept(Sequence& seq, const float* logits, size_t mask_row_index);
+  // The same from the device's ids of its drafts + 1 verify rows (a greedy sequence).
+  void accept_drawn(Sequence& seq, std::span<const int32_t> ids);
+  // Emits a verified round's outcome: its accepted drafts, then the token after them.
+  void commit_round(Sequence& seq, const DraftRound& round, const RejectionOutcome& o);
   // The MTP layer catches up on what this step's target forward computed for each drafting
   // sequence, then drafts the next round of those that go on (carry: the forward's hidden rows).
   void draft(const std::vector<ScheduledChunk>& chunks);
@@ -147,6 +159,7 @@ class Engine {
   SpeculativeStats spec_stats_;
   RequestDraftOverride draft_override_;
   ForwardBatch mtp_batch_;
+  std::vector<uint32_t> spec_masks_;  // a device-drawn speculative step's rows' masks
   std::vector<Sequence*> finished_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
   uint64_t next_arrival_ = 0;

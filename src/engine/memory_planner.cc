@@ -186,21 +186,32 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
     }
   };
   std::vector<ProfileStep> steps = profile_steps(limits, cache_blocks, plan.graph_buckets);
+  // The device-sampling path: the forward, then the draw on rank 0's device, every row under an
+  // uploaded mask (a structured-output step).
+  const int64_t mask_words = (runner.config().vocab_size + 31) / 32;
+  std::vector<uint32_t> allowed;
+  const auto draw_rows = [&](const ForwardBatch& b) {
+    allowed.assign(static_cast<size_t>(b.num_logit_rows() * mask_words), ~0u);
+    return std::vector<ops::RowSampling>(static_cast<size_t>(b.num_logit_rows()));
+  };
+  const ModelRunner::MaskSource masks = [&]() -> std::span<const uint32_t> { return allowed; };
   for (const ProfileStep& step : steps) {
-    // The device-sampling path: the forward, then the draw on rank 0's device.
-    const std::vector<ops::RowSampling> rows(step.batch.num_logit_rows());
-    profile([&] { runner.forward_sample(step.batch, rows); });
+    const std::vector<ops::RowSampling> rows = draw_rows(step.batch);
+    profile([&] { runner.forward_sample(step.batch, rows, nullptr, masks); });
   }
   if (speculative) {
     // A speculative step's target forward keeps its hidden states and reads its logits on the
-    // host; the MTP layer's catch-up and draft steps take the same batches.
+    // host, or draws every verify row on the device; the MTP layer's catch-up and draft steps
+    // take the same batches, both ways.
     steps.push_back({"verify", verify_step(limits, cache_blocks)});
-    profile([&] { runner.forward_keep_hidden(steps.back().batch); });
     for (const ProfileStep& step : steps) {
-      if (&step != &steps.back()) profile([&] { runner.forward_keep_hidden(step.batch); });
+      profile([&] { runner.forward_keep_hidden(step.batch); });
+      const std::vector<ops::RowSampling> rows = draw_rows(step.batch);
+      profile([&] { runner.forward_sample(step.batch, rows, nullptr, masks, true); });
       std::vector<int64_t> carry_rows(static_cast<size_t>(step.batch.num_tokens()));
       for (size_t t = 0; t < carry_rows.size(); ++t) carry_rows[t] = static_cast<int64_t>(t);
       profile([&] { runner.forward_mtp(step.batch, carry_rows); });
+      profile([&] { runner.forward_mtp_sample(step.batch, carry_rows, rows, masks); });
     }
   }
   const std::vector<MemStats> stats = runner.memory_stats();
@@ -223,7 +234,8 @@ MemoryPlan plan_memory(ModelRunner& runner, const ServingLimits& requested,
     rp.gemm_workspace_bytes = ops::linear_workspace_bytes(runner.device());
     rp.untracked_bytes = gpu && traced_runner ? kCudaContextAllowanceBytes : untracked[r];
     rp.graph_bytes = plan.graph_buckets.empty() ? 0 : kDecodeGraphAllowanceBytes;
-    rp.host_buffer_bytes = ModelRunner::host_buffer_bytes(limits, c.vocab_size, r == 0);
+    rp.host_buffer_bytes =
+        ModelRunner::host_buffer_bytes(limits, c.vocab_size, r == 0, runner.num_mtp_layers() > 0);
     rp.kv_bytes_per_token =
         KvCache::bytes_per_token(c, activation_dtype(runner.device()), runner.num_mtp_layers() > 0);
     rp.mtp_carry_bytes =

@@ -50,6 +50,7 @@ struct ModelRunner::Rank {
   bool pinned = false;
   StepStaging staging;               // bound to the worker thread
   HostBuffer ids, logprobs, logits;  // results read back (the returning rank's)
+  HostBuffer carry_index;            // an MTP step's carry rows, i32 (what its graph uploads)
 #ifdef MLASERVE_CUDA_RUNTIME
   // One captured decode step per bucket: its logits' place in the step workspace, and the
   // staging it reads (which must not move while it exists).
@@ -61,7 +62,7 @@ struct ModelRunner::Rank {
     const void* index = nullptr;
     const void* tables = nullptr;
   };
-  std::map<int64_t, Graph> graphs;
+  std::map<int64_t, Graph> graphs, mtp_graphs;
 #endif
 
   std::thread worker;
@@ -447,6 +448,10 @@ ReadbackSizes readback_sizes(int64_t tokens, int64_t seqs, int64_t vocab) {
   return {4 * tokens, 4 * tokens, 4 * seqs * vocab};
 }
 
+int64_t carry_index_bytes(int64_t tokens) {
+  return 4 * tokens;
+}
+
 // `buf` holds at least `bytes`: it grows only on a runner without serving limits, whose buffers
 // are sized by its steps.
 HostBuffer& ensure(HostBuffer& buf, int64_t bytes, bool pinned) {
@@ -456,11 +461,13 @@ HostBuffer& ensure(HostBuffer& buf, int64_t bytes, bool pinned) {
 
 }  // namespace
 
-int64_t ModelRunner::host_buffer_bytes(const ServingLimits& l, int64_t vocab, bool returns) {
+int64_t ModelRunner::host_buffer_bytes(const ServingLimits& l, int64_t vocab, bool returns,
+                                       bool mtp) {
   const int64_t cols = (l.max_model_len + l.block_size - 1) / l.block_size;
   const ReadbackSizes rb = readback_sizes(l.max_num_batched_tokens, l.max_num_seqs, vocab);
   return StepStaging::bytes_for(l.max_num_batched_tokens, l.max_num_seqs, cols) +
-         (returns ? rb.ids + rb.logprobs + rb.logits : 0);
+         (returns ? rb.ids + rb.logprobs + rb.logits : 0) +
+         (mtp ? carry_index_bytes(l.max_num_batched_tokens) : 0);
 }
 
 int64_t ModelRunner::mtp_carry_bytes(const ServingLimits& l, const io::ModelConfig& c,
@@ -483,9 +490,11 @@ void ModelRunner::allocate_kv(int64_t num_blocks, int64_t block_size, int64_t ta
     r.kv.table_cols = table_cols;
     if (tokens == 0) return;
     // Serving limits: the carry once, at its largest (mtp_carry_bytes).
-    if (mtp_)
+    if (mtp_) {
       r.carry = Tensor::empty({tokens, r.model->config().hidden_size}, activation_dtype(r.device),
                               MemTag::kActivation, *r.alloc);
+      r.carry_index = HostBuffer(carry_index_bytes(tokens), r.pinned);
+    }
     // Serving limits: the host buffers once, at their largest (host_buffer_bytes).
     r.staging.reserve(tokens, table_rows, table_cols, r.pinned);
     if (r.index != 0) return;
@@ -534,18 +543,16 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
   check_step(batch);
   if (keep_hidden && !mtp_)
     raise<InternalError>("a step keeps its hidden states for the MTP layer, which is not loaded");
-  if (const int64_t bucket = graph_bucket_for(captured_, batch);
-      bucket > 0 && !observer && !keep_hidden)
+  // Under speculative decoding every graph keeps its hidden states (decode_graphs.h).
+  if (const int64_t bucket = graph_bucket_for(captured_, batch); bucket > 0 && !observer)
     return replay(batch, bucket, finish);
-  // On a GPU with a memory plan, a plain decode step runs padded to its graph bucket also when
-  // it runs eagerly (--enforce-eager, a bucket not captured, an observer): the kernels then see
-  // the row counts a replay sees (cuBLASLt's and our FP8 GEMMs choose their algorithm and K
-  // split by the row count), so graphs on or off give each sequence the same bits. A step that
-  // keeps its hidden states for the MTP layer is never replayed, and is not padded.
+  // On a GPU with a memory plan, a step a graph could serve runs padded to its graph bucket also
+  // when it runs eagerly (--enforce-eager, a bucket not captured, an observer): the kernels then
+  // see the row counts a replay sees (cuBLASLt's and our FP8 GEMMs choose their algorithm and K
+  // split by the row count), so graphs on or off give each sequence the same bits.
   ForwardBatch padded;
-  if (!device_.is_cpu() && planned_limits_ && !keep_hidden)
-    if (const int64_t bucket = graph_bucket_for(pad_buckets_, batch);
-        bucket > static_cast<int64_t>(batch.seqs.size()))
+  if (!device_.is_cpu() && planned_limits_)
+    if (const int64_t bucket = graph_bucket_for(pad_buckets_, batch); bucket > batch.num_tokens())
       padded = pad_decode_batch(batch, bucket);
   const ForwardBatch& run = padded.seqs.empty() ? batch : padded;
   const int64_t rows = batch.num_logit_rows();
@@ -567,7 +574,7 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
                                            keep_hidden ? &hidden : nullptr);
           if (keep_hidden) {
             Tensor dst = r.carry.narrow(0, 0, batch.num_tokens());
-            ops::copy(hidden, dst);
+            ops::copy(hidden.narrow(0, 0, batch.num_tokens()), dst);
           }
           if (r.index == 0) {
             Tensor own = logits.dim(0) == rows ? logits : logits.narrow(0, 0, rows);
@@ -617,93 +624,126 @@ Tensor ModelRunner::forward_keep_hidden(const ForwardBatch& batch) {
 }
 
 Tensor ModelRunner::forward_mtp(const ForwardBatch& batch, std::span<const int64_t> carry_rows) {
+  Tensor result;
+  mtp_step(batch, carry_rows, [&](Rank& r, Tensor& logits) { result = to_host(r, logits); });
+  return result;
+}
+
+SampledRows ModelRunner::forward_mtp_sample(const ForwardBatch& batch,
+                                            std::span<const int64_t> carry_rows,
+                                            const std::vector<ops::RowSampling>& rows,
+                                            const MaskSource& masks) {
+  SampledRows out;
+  mtp_step(batch, carry_rows, [&](Rank& r, Tensor& logits) { draw(r, logits, rows, masks, out); });
+  return out;
+}
+
+void ModelRunner::mtp_step(const ForwardBatch& batch, std::span<const int64_t> carry_rows,
+                           const std::function<void(Rank&, Tensor&)>& finish) {
   check_step(batch);
   if (!mtp_ || num_mtp_layers() == 0)
     raise<InternalError>("forward_mtp on a runner without its MTP layers");
   const int64_t N = batch.num_tokens();
   if (static_cast<int64_t>(carry_rows.size()) != N)
     raise<InternalError>("forward_mtp: {} carry rows for {} tokens", carry_rows.size(), N);
+  for (const int64_t row : carry_rows)
+    if (row < 0 || row >= ranks_[0]->carry.dim(0))
+      raise<InternalError>("forward_mtp: carry row {} outside the carry", row);
+  if (const int64_t bucket = mtp_graph_bucket_for(captured_mtp_, batch); bucket > 0)
+    return replay(batch, bucket, finish, carry_rows);
   std::vector<int32_t> rows(carry_rows.begin(), carry_rows.end());
   broadcast(RunnerOp::kForwardMtp, std::vector<int64_t>(carry_rows.begin(), carry_rows.end()),
             &batch);
-  Tensor result;
   run_on_all_ranks(
       [&](Rank& r) {
-        const int64_t H = r.model->config().hidden_size;
-        for (int32_t row : rows)
-          if (!r.carry.defined() || row < 0 || row >= r.carry.dim(0))
-            raise<InternalError>("forward_mtp: carry row {} outside the carry", row);
         Allocator::StepScope scope(*r.alloc);
         {
-          const DType act = activation_dtype(r.device);
-          Tensor index = Tensor::wrap(rows.data(), {N}, DType::kI32);
-          if (!r.device.is_cpu()) {
-            Tensor dev = Tensor::empty({N}, DType::kI32, MemTag::kActivation, *r.alloc);
-            ops::copy(index, dev);
-            index = dev;
-          }
-          Tensor prev = Tensor::empty({N, H}, act, MemTag::kActivation, *r.alloc);
-          ops::gather_rows(r.carry, index, prev);
-          Tensor hidden;
-          Tensor logits = r.model->forward_mtp(batch, prev, r.kv, hidden);
-          Tensor dst = r.carry.narrow(0, 0, N);
-          ops::copy(hidden, dst);
-          if (r.index == 0) result = to_host(r, logits);
+          Tensor logits = mtp_forward(r, batch, Tensor::wrap(rows.data(), {N}, DType::kI32));
+          if (r.index == 0) finish(r, logits);
         }
         scope.close();
       },
       "the MTP step");
-  return result;
+}
+
+Tensor ModelRunner::mtp_forward(Rank& r, const ForwardBatch& batch, const Tensor& rows) {
+  const int64_t N = batch.num_tokens(), H = r.model->config().hidden_size;
+  const DType act = activation_dtype(r.device);
+  Tensor index = rows;
+  if (!r.device.is_cpu()) {
+    index = Tensor::empty({N}, DType::kI32, MemTag::kActivation, *r.alloc);
+    ops::copy(rows, index);
+  }
+  Tensor prev = Tensor::empty({N, H}, act, MemTag::kActivation, *r.alloc);
+  ops::gather_rows(r.carry, index, prev);
+  Tensor hidden;
+  Tensor logits = r.model->forward_mtp(batch, prev, r.kv, hidden);
+  Tensor dst = r.carry.narrow(0, 0, N);
+  ops::copy(hidden, dst);
+  return logits;
+}
+
+void ModelRunner::draw(Rank& r, Tensor& logits, const std::vector<ops::RowSampling>& rows,
+                       const MaskSource& masks, SampledRows& out) {
+  const auto R = static_cast<int64_t>(rows.size());
+  out.ids.assign(static_cast<size_t>(R), 0);
+  out.logprobs.assign(static_cast<size_t>(R), 0.0f);
+  const std::span<const uint32_t> mask = masks ? masks() : std::span<const uint32_t>();
+  if (!mask.empty()) {
+    const int64_t words = (logits.dim(1) + 31) / 32;
+    if (static_cast<int64_t>(mask.size()) != R * words)
+      raise<ShapeError>("forward_sample: {} mask words for {} rows of {}", mask.size(), R,
+                        logits.dim(1));
+    Tensor host = Tensor::wrap(const_cast<uint32_t*>(mask.data()), {R, words}, DType::kI32);
+    if (r.device.is_cpu()) {
+      ops::apply_token_mask(logits, host);
+    } else {
+      Tensor dev = Tensor::empty({R, words}, DType::kI32, MemTag::kActivation, *r.alloc);
+      ops::copy(host, dev);
+      ops::apply_token_mask(logits, dev);
+    }
+  }
+  if (r.device.is_cpu()) {
+    Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
+    Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
+    if (logits.raw()) ops::sample_rows(logits, rows, ids, logprobs);
+    return;
+  }
+  Tensor dev_ids = Tensor::empty({R}, DType::kI32, MemTag::kActivation, *r.alloc);
+  Tensor dev_logprobs = Tensor::empty({R}, DType::kF32, MemTag::kActivation, *r.alloc);
+  ops::sample_rows(logits, rows, dev_ids, dev_logprobs);
+  if (!dev_ids.raw()) return;  // meta: sizes traced, nothing comes back
+  // Back through the rank's page-locked buffers.
+  Tensor ids = Tensor::wrap(ensure(r.ids, 4 * R, r.pinned).data<int32_t>(), {R}, DType::kI32);
+  Tensor logprobs =
+      Tensor::wrap(ensure(r.logprobs, 4 * R, r.pinned).data<float>(), {R}, DType::kF32);
+  ops::copy(dev_ids, ids);
+  ops::copy(dev_logprobs, logprobs);
+  std::copy_n(ids.data<int32_t>(), R, out.ids.begin());
+  std::copy_n(logprobs.data<float>(), R, out.logprobs.begin());
 }
 
 SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
                                         const std::vector<ops::RowSampling>& rows,
-                                        const ForwardObserver& observer, const MaskSource& masks) {
-  const auto R = static_cast<int64_t>(rows.size());
-  SampledRows out{std::vector<int32_t>(R), std::vector<float>(R)};
-  step(batch, observer, [&](Rank& r, Tensor& logits) {
-    const std::span<const uint32_t> mask = masks ? masks() : std::span<const uint32_t>();
-    if (!mask.empty()) {
-      const int64_t words = (logits.dim(1) + 31) / 32;
-      if (static_cast<int64_t>(mask.size()) != R * words)
-        raise<ShapeError>("forward_sample: {} mask words for {} rows of {}", mask.size(), R,
-                          logits.dim(1));
-      Tensor host = Tensor::wrap(const_cast<uint32_t*>(mask.data()), {R, words}, DType::kI32);
-      if (r.device.is_cpu()) {
-        ops::apply_token_mask(logits, host);
-      } else {
-        Tensor dev = Tensor::empty({R, words}, DType::kI32, MemTag::kActivation, *r.alloc);
-        ops::copy(host, dev);
-        ops::apply_token_mask(logits, dev);
-      }
-    }
-    if (r.device.is_cpu()) {
-      Tensor ids = Tensor::wrap(out.ids.data(), {R}, DType::kI32);
-      Tensor logprobs = Tensor::wrap(out.logprobs.data(), {R}, DType::kF32);
-      if (logits.raw()) ops::sample_rows(logits, rows, ids, logprobs);
-      return;
-    }
-    Tensor dev_ids = Tensor::empty({R}, DType::kI32, MemTag::kActivation, *r.alloc);
-    Tensor dev_logprobs = Tensor::empty({R}, DType::kF32, MemTag::kActivation, *r.alloc);
-    ops::sample_rows(logits, rows, dev_ids, dev_logprobs);
-    if (!dev_ids.raw()) return;  // meta: sizes traced, nothing comes back
-    // Back through the rank's page-locked buffers.
-    Tensor ids = Tensor::wrap(ensure(r.ids, 4 * R, r.pinned).data<int32_t>(), {R}, DType::kI32);
-    Tensor logprobs =
-        Tensor::wrap(ensure(r.logprobs, 4 * R, r.pinned).data<float>(), {R}, DType::kF32);
-    ops::copy(dev_ids, ids);
-    ops::copy(dev_logprobs, logprobs);
-    std::copy_n(ids.data<int32_t>(), R, out.ids.begin());
-    std::copy_n(logprobs.data<float>(), R, out.logprobs.begin());
-  });
+                                        const ForwardObserver& observer, const MaskSource& masks,
+                                        bool keep_hidden) {
+  SampledRows out;
+  step(
+      batch, observer, [&](Rank& r, Tensor& logits) { draw(r, logits, rows, masks, out); },
+      keep_hidden);
   return out;
 }
 
 void ModelRunner::drop_graphs() {
 #ifdef MLASERVE_CUDA_RUNTIME
-  if (!captured_.empty()) run_on_all_ranks([](Rank& r) { r.graphs.clear(); });
+  if (!captured_.empty() || !captured_mtp_.empty())
+    run_on_all_ranks([](Rank& r) {
+      r.graphs.clear();
+      r.mtp_graphs.clear();
+    });
 #endif
   captured_.clear();
+  captured_mtp_.clear();
   graph_bytes_ = 0;
 }
 
@@ -730,18 +770,34 @@ void ModelRunner::capture_decode_graphs(const std::vector<int64_t>& buckets) {
     raise<InternalError>("decode graphs are captured after the memory plan is applied");
 #ifdef MLASERVE_CUDA_RUNTIME
   const ServingLimits limits = *planned_limits_;
+  const bool mtp = mtp_ && num_mtp_layers() > 0;
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int64_t> captured;
+  std::vector<int64_t> captured, captured_mtp;
   std::string skipped, failure;
   run_on_all_ranks([&](Rank& r) {
-    for (const int64_t bucket : buckets) {
-      const ForwardBatch batch = capture_batch(bucket);
+    // One graph of `bucket`: the decode step, or the MTP layer's draft step (at position 1: its
+    // position-0 rule is a host decision). False once the capture stops.
+    const auto capture = [&](int64_t bucket, bool of_mtp) {
+      const ForwardBatch batch = capture_batch(bucket, of_mtp ? 1 : 0, r.kv.block_size);
+      const char* what = of_mtp ? "MTP " : "";
       Rank::Graph g;
-      // The step as the graph will hold it: embedding to logits, in the step workspace.
+      // The step as the graph will hold it: embedding to logits, in the step workspace; under
+      // speculative decoding the hidden states go to the carry.
       const auto run = [&](bool record) {
         Allocator::StepScope scope(*r.alloc);
         {
-          Tensor logits = r.model->forward(batch, r.kv);
+          Tensor logits;
+          if (of_mtp) {
+            logits = mtp_forward(
+                r, batch, Tensor::wrap(r.carry_index.data<int32_t>(), {bucket}, DType::kI32));
+          } else {
+            Tensor hidden;
+            logits = r.model->forward(batch, r.kv, nullptr, mtp_ ? &hidden : nullptr);
+            if (mtp_) {
+              Tensor dst = r.carry.narrow(0, 0, bucket);
+              ops::copy(hidden, dst);
+            }
+          }
           if (record) {
             g.logits = logits.raw();
             g.vocab = logits.dim(1);
@@ -750,6 +806,9 @@ void ModelRunner::capture_decode_graphs(const std::vector<int64_t>& buckets) {
         }
         scope.close();
       };
+      if (of_mtp)
+        for (int64_t t = 0; t < bucket; ++t)
+          r.carry_index.data<int32_t>()[t] = static_cast<int32_t>(t);
       const int64_t before = cuda::device_bytes_in_use();
       try {
         const FullReach reach(r.staging, limits.max_model_len);
@@ -760,34 +819,39 @@ void ModelRunner::capture_decode_graphs(const std::vector<int64_t>& buckets) {
         r.staging.make_room(0, 0);  // nothing left to wait for inside the capture
         g.graph = cuda::Graph::capture([&] { run(true); });
       } catch (const OutOfMemory& e) {
-        skipped += fmt::format(" {} ({})", bucket, e.what());
-        continue;
+        skipped += fmt::format(" {}{} ({})", what, bucket, e.what());
+        return true;
       } catch (const Error& e) {
         // A step that cannot be captured (the CUDA error named): it and the larger buckets run
         // eagerly, loudly; the smaller ones keep their graphs.
-        failure = fmt::format("{} and larger (capture failed: {})", bucket, e.what());
-        break;
+        failure = fmt::format("{}{} and larger (capture failed: {})", what, bucket, e.what());
+        return false;
       }
       const int64_t bytes = cuda::device_bytes_in_use() - before;
       if (graph_bytes_ + bytes > kDecodeGraphAllowanceBytes) {
-        skipped += fmt::format(" {}.. (the graphs would take {} bytes, over the planned {})",
-                               bucket, graph_bytes_ + bytes, kDecodeGraphAllowanceBytes);
-        break;
+        skipped += fmt::format(" {}{}.. (the graphs would take {} bytes, over the planned {})",
+                               what, bucket, graph_bytes_ + bytes, kDecodeGraphAllowanceBytes);
+        return false;
       }
       graph_bytes_ += bytes;
       g.index = r.staging.index.data<void>();
       g.tables = r.staging.tables.data<void>();
-      r.graphs.emplace(bucket, std::move(g));
-      captured.push_back(bucket);
-    }
+      (of_mtp ? r.mtp_graphs : r.graphs).emplace(bucket, std::move(g));
+      (of_mtp ? captured_mtp : captured).push_back(bucket);
+      return true;
+    };
+    for (const int64_t bucket : buckets)
+      if (!capture(bucket, false) || (mtp && !capture(bucket, true))) break;
   });
   captured_ = std::move(captured);
+  captured_mtp_ = std::move(captured_mtp);
   if (!failure.empty()) skipped += " " + failure;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MLS_LOG_INFO(
-      "CUDA graphs for decode: captured {} of {} batch-size buckets (up to {}) in {:.2f} s, {:.1f} "
-      "MiB of device memory (planned {:.0f} MiB)",
-      captured_.size(), buckets.size(), captured_.empty() ? 0 : captured_.back(), secs,
+      "CUDA graphs for decode: captured {} of {} batch-size buckets (up to {}){} in {:.2f} s, "
+      "{:.1f} MiB of device memory (planned {:.0f} MiB)",
+      captured_.size(), buckets.size(), captured_.empty() ? 0 : captured_.back(),
+      mtp ? fmt::format(" and {} of the MTP layer's", captured_mtp_.size()) : "", secs,
       static_cast<double>(graph_bytes_) / (1 << 20),
       static_cast<double>(kDecodeGraphAllowanceBytes) / (1 << 20));
   if (!skipped.empty())
@@ -798,20 +862,30 @@ void ModelRunner::capture_decode_graphs(const std::vector<int64_t>& buckets) {
 }
 
 void ModelRunner::replay(const ForwardBatch& batch, int64_t bucket,
-                         const std::function<void(Rank&, Tensor&)>& finish) {
+                         const std::function<void(Rank&, Tensor&)>& finish,
+                         std::optional<std::span<const int64_t>> carry_rows) {
 #ifdef MLASERVE_CUDA_RUNTIME
   const ForwardBatch padded = pad_decode_batch(batch, bucket);
   const int64_t R = batch.num_logit_rows();
   const int64_t max_keys = planned_limits_->max_model_len;
+  const char* what = carry_rows ? "MTP graph" : "decode graph";
   run_on_all_ranks([&](Rank& r) {
-    Rank::Graph& g = r.graphs.at(bucket);
+    Rank::Graph& g = (carry_rows ? r.mtp_graphs : r.graphs).at(bucket);
     {
       const FullReach reach(r.staging, max_keys);
       StepContext::stage(padded, r.kv.block_size, {r.kv.table_rows, r.kv.table_cols}, 0, bucket,
                          r.staging);
     }
     if (r.staging.index.data<void>() != g.index || r.staging.tables.data<void>() != g.tables)
-      raise<InternalError>("the step staging moved after decode graph {} was captured", bucket);
+      raise<InternalError>("the step staging moved after {} {} was captured", what, bucket);
+    // The MTP step's carry rows, padded as its tokens are (the last one repeated). The previous
+    // step has finished reading them: every MTP step ends reading its results back.
+    if (carry_rows) {
+      int32_t* index = r.carry_index.data<int32_t>();
+      for (int64_t t = 0; t < bucket; ++t)
+        index[t] = static_cast<int32_t>(
+            (*carry_rows)[static_cast<size_t>(std::min<int64_t>(t, batch.num_tokens() - 1))]);
+    }
     Allocator::StepScope scope(*r.alloc);
     {
       // The graph's logits stay where the capture put them: the step's own allocations (the
@@ -824,7 +898,7 @@ void ModelRunner::replay(const ForwardBatch& batch, int64_t bucket,
       const Tensor hold =
           Tensor::empty({(upto + 3) / 4}, DType::kI32, MemTag::kActivation, *r.alloc);
       if (hold.raw() != base)
-        raise<InternalError>("the step workspace did not place decode graph {}'s step at its start",
+        raise<InternalError>("the step workspace did not place {} {}'s step at its start", what,
                              bucket);
       g.graph.replay();
       r.staging.mark_uploaded();
@@ -836,7 +910,7 @@ void ModelRunner::replay(const ForwardBatch& batch, int64_t bucket,
   });
   ++graph_replays_;
 #else
-  (void)batch, (void)bucket, (void)finish;
+  (void)batch, (void)bucket, (void)finish, (void)carry_rows;
   raise<InternalError>("no decode graph without the CUDA runtime");
 #endif
 }

@@ -104,7 +104,9 @@ class ModelRunner {
   // CUDA rank; core/host_buffer.h): the step staging (model/step_context.h) and, on the rank
   // that returns results (rank 0), the sampled ids and logprobs and a logits buffer of
   // max_num_seqs rows of `vocab` floats through which larger readbacks go in chunks.
-  static int64_t host_buffer_bytes(const ServingLimits& limits, int64_t vocab, bool returns);
+  // An MTP runner also stages its MTP steps' carry rows there.
+  static int64_t host_buffer_bytes(const ServingLimits& limits, int64_t vocab, bool returns,
+                                   bool mtp);
   // Device memory a rank of an MTP runner holds for its carry at `limits`: the final hidden
   // states of one step's tokens (max_num_batched_tokens rows of hidden_size), 0 without MTP.
   static int64_t mtp_carry_bytes(const ServingLimits& limits, const io::ModelConfig& c,
@@ -116,11 +118,17 @@ class ModelRunner {
   const std::string& decode_graphs_off_reason() const { return graphs_off_; }
   bool decode_graphs() const { return graphs_off_.empty(); }
   // Captures one decode graph per bucket (ascending, from the plan) on every rank, replacing any
-  // earlier ones; buckets whose step does not fit are left to run eagerly. Logs the capture time
-  // and the device memory the graphs took (measured; at most kDecodeGraphAllowanceBytes).
+  // earlier ones, and on an MTP runner one of the MTP layer's draft step too; buckets whose step
+  // does not fit are left to run eagerly. Logs the capture time and the device memory the graphs
+  // took (measured; at most kDecodeGraphAllowanceBytes).
   void capture_decode_graphs(const std::vector<int64_t>& buckets);
   // The buckets captured now (empty: every step eager), and the steps served by replay so far.
   const std::vector<int64_t>& captured_buckets() const { return captured_; }
+  const std::vector<int64_t>& captured_mtp_buckets() const { return captured_mtp_; }
+  // The MTP graph bucket that would serve `batch` (decode_graphs.h), 0: it runs eagerly.
+  int64_t mtp_graph_bucket(const ForwardBatch& batch) const {
+    return mtp_graph_bucket_for(captured_mtp_, batch);
+  }
   int64_t graph_replays() const { return graph_replays_; }
   int64_t graph_bytes() const { return graph_bytes_; }
 
@@ -144,18 +152,25 @@ class ModelRunner {
   // called once the forward has been issued and returns the rows' allowed-token masks
   // (ops::apply_token_mask layout, R × ceil(V / 32) words; empty: none), which are uploaded and
   // applied before the draw — the host computes them while the device runs the forward.
+  // `keep_hidden`: as forward_keep_hidden (a speculative step whose verify rows are drawn here).
   using MaskSource = std::function<std::span<const uint32_t>()>;
   SampledRows forward_sample(const ForwardBatch& batch, const std::vector<ops::RowSampling>& rows,
                              const ForwardObserver& observer = nullptr,
-                             const MaskSource& masks = nullptr);
+                             const MaskSource& masks = nullptr, bool keep_hidden = false);
   // Speculative decoding (an MTP runner): forward(), each rank keeping every token's final hidden
-  // state (after model.norm) in its carry, row t for the batch's token t. Never a graph replay.
+  // state (after model.norm) in its carry, row t for the batch's token t. A verify step of at
+  // most the largest bucket's tokens replays a decode graph (engine/decode_graphs.h).
   Tensor forward_keep_hidden(const ForwardBatch& batch);
   // The MTP layer (Model::forward_mtp) over `batch` on every rank, token t's previous hidden
   // state being carry row carry_rows[t] (rows of the last forward_keep_hidden or forward_mtp);
   // the carry then holds this step's block outputs, row t for token t (the next draft's input).
   // Logits of the batch's logit rows, f32, host memory. Always eager.
   Tensor forward_mtp(const ForwardBatch& batch, std::span<const int64_t> carry_rows);
+  // forward_mtp(), then rank 0 draws one token per logits row as forward_sample does: only the
+  // drafts' ids and logprobs come back to the host.
+  SampledRows forward_mtp_sample(const ForwardBatch& batch, std::span<const int64_t> carry_rows,
+                                 const std::vector<ops::RowSampling>& rows,
+                                 const MaskSource& masks = nullptr);
 
   // The limits of the memory plan applied to this runner (apply_plan), if any: an engine over
   // this runner must serve with exactly these.
@@ -179,12 +194,24 @@ class ModelRunner {
   void step(const ForwardBatch& batch, const ForwardObserver& observer,
             const std::function<void(Rank&, Tensor&)>& finish, bool keep_hidden = false);
   void check_step(const ForwardBatch& batch) const;
+  // The MTP layer's step on every rank; `finish` runs on rank 0's thread with its logits. A step
+  // an MTP graph can serve (mtp_graph_bucket_for) replays it.
+  void mtp_step(const ForwardBatch& batch, std::span<const int64_t> carry_rows,
+                const std::function<void(Rank&, Tensor&)>& finish);
+  // The MTP layer over `batch` on rank r, in the caller's step scope: token t's previous hidden
+  // state is carry row rows[t] (host i32 [N]); the block outputs go to carry rows [0, N).
+  static Tensor mtp_forward(Rank& r, const ForwardBatch& batch, const Tensor& rows);
+  // Rank 0's draw of one token per row of `logits` (forward_sample), into `out`.
+  static void draw(Rank& r, Tensor& logits, const std::vector<ops::RowSampling>& rows,
+                   const MaskSource& masks, SampledRows& out);
   // Rank 0's logits of a step, copied to host memory of their own.
   static Tensor to_host(Rank& r, const Tensor& logits);
   void stop_workers();
-  // A step served by a captured graph (tp 1): pads `batch` to `bucket` and replays.
+  // A step served by a captured graph (tp 1): pads `batch` to `bucket` and replays; with
+  // `carry_rows`, the MTP layer's graph over those carry rows.
   void replay(const ForwardBatch& batch, int64_t bucket,
-              const std::function<void(Rank&, Tensor&)>& finish);
+              const std::function<void(Rank&, Tensor&)>& finish,
+              std::optional<std::span<const int64_t>> carry_rows = std::nullopt);
   // Drops every captured graph (their addresses are about to change).
   void drop_graphs();
   // allocate_kv_cache with the block tables' fixed shape (0 rows: per step).
@@ -213,7 +240,7 @@ class ModelRunner {
   // The plan's decode-graph buckets, which eager decode steps on a GPU pad to as well (step).
   std::vector<int64_t> pad_buckets_;
   std::string graphs_off_;
-  std::vector<int64_t> captured_;
+  std::vector<int64_t> captured_, captured_mtp_;
   int64_t graph_replays_ = 0;
   int64_t graph_bytes_ = 0;
 };

@@ -138,6 +138,16 @@ TEST(SpeculativeEngine, GreedyEqualsPlainForEveryKOnEveryFamily) {
       EXPECT_EQ(spec.tokens, plain.tokens);
       EXPECT_GT(spec.stats.spec.num_drafts, 0);
       EXPECT_EQ(spec.stats.generation_tokens, plain.stats.generation_tokens);
+      // Greedy drafts and verify rows are drawn on the device (only ids come back); drawn on the
+      // host from every logits row instead, the same drafts are made and accepted.
+      EngineConfig host;
+      host.device_sampling = false;
+      const Outcome on_host = run(r, jobs, k, {}, host);
+      EXPECT_EQ(on_host.tokens, plain.tokens);
+      EXPECT_EQ(on_host.stats.spec.num_drafts, spec.stats.spec.num_drafts);
+      EXPECT_EQ(on_host.stats.spec.num_draft_tokens, spec.stats.spec.num_draft_tokens);
+      EXPECT_EQ(on_host.stats.spec.num_accepted_tokens, spec.stats.spec.num_accepted_tokens);
+      EXPECT_EQ(on_host.stats.spec.accepted_per_position, spec.stats.spec.accepted_per_position);
       std::printf("%s k=%lld: %lld rounds, %lld drafts, %lld accepted (%.2f s)\n", fixture,
                   static_cast<long long>(k), static_cast<long long>(spec.stats.spec.num_drafts),
                   static_cast<long long>(spec.stats.spec.num_draft_tokens),
@@ -359,6 +369,75 @@ TEST(SpeculativeEngine, GpuGreedyEqualsPlain) {
     EngineConfig chunked;
     chunked.limits.max_num_batched_tokens = 48;
     EXPECT_EQ(run(r, jobs, 3, {}, chunked, forced).tokens, plain.tokens);
+  }
+}
+
+// With a memory plan on the GPU (an FP8 fixture, whose decode graphs capture): the verify steps
+// replay the decode graphs, the MTP layer's draft steps its own, and greedy output with k = 1..3
+// equals plain decoding under the same plan and the eager (--enforce-eager) runner's.
+TEST(SpeculativeEngine, GpuGraphsServeVerifyAndDraftSteps) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
+  const ServingLimits base{.max_num_batched_tokens = 256,
+                           .max_num_seqs = 64,  // buckets up to 64: 10 verifies of k + 1 <= 4
+                           .max_model_len = 512,
+                           .block_size = 16};
+  const auto jobs = mixed_jobs(43);
+  std::map<bool, std::map<int64_t, Outcome>> out;  // [eager][k]
+  std::map<int64_t, int64_t> replays;              // graph runner's replays per k
+  for (const bool eager : {false, true}) {
+    io::testing::TestDir dir;
+    testing::write_mtp_checkpoint(kTestData / "tiny-glm5-fp8", dir.path(), 11);
+    ModelRunner r(RunnerOptions{
+        .model = dir.path(), .device = Device::cuda(0), .enforce_eager = eager, .mtp = true});
+    const auto serve = [&](int64_t k, const Engine::RequestDraftOverride& forced) {
+      ServingLimits limits = base;
+      limits.num_speculative_tokens = k;
+      const PlanBudget budget{
+          .device_bytes = int64_t{16} << 30,
+          .kv_cache_memory_bytes =
+              16 * limits.max_model_len * KvCache::bytes_per_token(r.config(), DType::kBF16, true)};
+      apply_plan(r, plan_memory(r, limits, budget, ProfileMode::kReal));
+      const int64_t before = r.graph_replays();
+      Engine engine(r, {.limits = limits});
+      if (forced) engine.set_draft_override(forced);
+      Outcome o;
+      o.tokens.resize(jobs.size());
+      for (size_t i = 0; i < jobs.size(); ++i)
+        engine.add_request({.id = std::to_string(i),
+                            .prompt_ids = jobs[i].prompt,
+                            .params = jobs[i].params,
+                            .on_token =
+                                [&o, i](const TokenEvent& ev) {
+                                  if (ev.token_id >= 0) o.tokens[i].push_back(ev.token_id);
+                                  return Verdict::kContinue;
+                                },
+                            .constraint = nullptr});
+      while (engine.step()) {
+      }
+      o.stats = engine.stats();
+      if (!eager) replays[k] = r.graph_replays() - before;
+      return o;
+    };
+    out[eager][0] = serve(0, nullptr);
+    if (!eager) {
+      EXPECT_FALSE(r.captured_buckets().empty());
+      EXPECT_FALSE(r.captured_mtp_buckets().empty());
+    }
+    for (int64_t k = 1; k <= 3; ++k)
+      out[eager][k] = serve(k, forced_drafts(jobs, out[eager][0].tokens, 4));
+  }
+  EXPECT_EQ(out[false][0].tokens, out[true][0].tokens);
+  for (int64_t k = 1; k <= 3; ++k) {
+    SCOPED_TRACE(k);
+    EXPECT_EQ(out[false][k].tokens, out[false][0].tokens);
+    EXPECT_EQ(out[true][k].tokens, out[true][0].tokens);
+    EXPECT_GT(out[false][k].stats.spec.num_accepted_tokens, 0);
+    // Every verify step of a round and every draft step after the first can replay.
+    EXPECT_GT(replays[k], out[false][k].stats.spec.num_drafts);
+    std::printf("tiny-glm5-fp8 on the GPU with graphs, k=%lld: %lld rounds, %lld graph replays\n",
+                static_cast<long long>(k),
+                static_cast<long long>(out[false][k].stats.spec.num_drafts),
+                static_cast<long long>(replays[k]));
   }
 }
 

@@ -60,10 +60,17 @@ Drafter::Drafter(const SpeculativeSequence& s, std::span<const int32_t> committe
   if (max_drafts_ <= 0) end();
 }
 
+std::span<const uint32_t> Drafter::mask() {
+  if (ended_) raise<InternalError>("a draft's mask was asked for after the draft ended");
+  if (!fork_) return {};
+  if (round_.masks.size() == round_.tokens.size())
+    round_.masks.push_back(constraint_mask(*fork_, s_.stop_ids, s_.vocab));
+  return round_.masks.back();
+}
+
 bool Drafter::add(Sampler& sampler, const float* mtp_logits, SpeculativeStats& stats) {
   if (ended_) raise<InternalError>("a draft was added after the draft ended");
-  const int64_t i = round_.size();
-  if (fork_) round_.masks.push_back(constraint_mask(*fork_, s_.stop_ids, s_.vocab));
+  const std::span<const uint32_t> allowed = mask();
   // A row that is not finite (the MTP layer attending over cache entries no catch-up wrote, in
   // blocks taken from the prefix cache) or leaves no mass drafts nothing: drafts only ever cost
   // acceptance, never the output.
@@ -71,23 +78,38 @@ bool Drafter::add(Sampler& sampler, const float* mtp_logits, SpeculativeStats& s
     end();
     return false;
   }
-  const std::span<const uint32_t> mask =
-      fork_ ? std::span<const uint32_t>(round_.masks.back()) : std::span<const uint32_t>();
-  std::vector<double> qi = token_distribution(sampler, s_, mtp_logits, ext_, mask);
+  std::vector<double> qi = token_distribution(sampler, s_, mtp_logits, ext_, allowed);
   double mass = 0;
   for (double v : qi) mass += v;
   if (!(mass > 0) || !std::isfinite(mass)) {
     end();
     return false;
   }
-  int32_t d =
-      draw_token(qi, speculative_uniform(s_.seed, SpeculativeStream::kDraft, output_index_ + i));
+  const int32_t d = draw_token(
+      qi, speculative_uniform(s_.seed, SpeculativeStream::kDraft, output_index_ + round_.size()));
+  return take_draft(d, std::move(qi), stats);
+}
+
+bool Drafter::add_drawn(int32_t token, float logprob, SpeculativeStats& stats) {
+  if (ended_) raise<InternalError>("a draft was added after the draft ended");
+  if (!s_.params->greedy())
+    raise<InternalError>("a device-drawn draft for a sequence that samples");
+  if (fork_ && round_.masks.size() == round_.tokens.size())
+    raise<InternalError>("a device-drawn draft without its mask");
+  // As add(): a row without a finite maximum (all masked, or not finite) drafts nothing.
+  if (!std::isfinite(logprob) || token < 0 || token >= s_.vocab) {
+    end();
+    return false;
+  }
+  return take_draft(token, {}, stats);
+}
+
+bool Drafter::take_draft(int32_t d, std::vector<double> q, SpeculativeStats& stats) {
   if (override_) {
     d = override_(static_cast<int64_t>(ext_.size()), d);
     if (d < 0 || d >= s_.vocab)
       raise<InvalidArgument>("a forced draft is id {} of a vocabulary of {}", d, s_.vocab);
-    std::fill(qi.begin(), qi.end(), 0.0);
-    qi[static_cast<size_t>(d)] = 1.0;
+    q.clear();  // the point mass at the forced token
   }
   // Structure: a stop id needs the constraint's consent, any other token must advance it.
   const bool stop = std::find(s_.stop_ids.begin(), s_.stop_ids.end(), d) != s_.stop_ids.end();
@@ -97,7 +119,7 @@ bool Drafter::add(Sampler& sampler, const float* mtp_logits, SpeculativeStats& s
     return false;
   }
   round_.tokens.push_back(d);
-  round_.q.push_back(std::move(qi));
+  round_.q.push_back(std::move(q));
   ext_.push_back(d);
   if (round_.size() == max_drafts_ || stop ||
       (fork_ && fork_->is_terminated() && s_.stop_ids.empty()))
@@ -115,6 +137,18 @@ DraftRound Drafter::take() {
   if (!ended_) end();
   return std::move(round_);
 }
+
+namespace {
+
+void count_round(SpeculativeStats& stats, int64_t drafted, int64_t accepted) {
+  if (drafted == 0) return;
+  ++stats.num_drafts;
+  stats.num_draft_tokens += drafted;
+  stats.num_accepted_tokens += accepted;
+  for (int64_t i = 0; i < accepted; ++i) ++stats.accepted_per_position[static_cast<size_t>(i)];
+}
+
+}  // namespace
 
 RejectionOutcome accept_round(Sampler& sampler, const SpeculativeSequence& s,
                               const float* target_logits, std::span<const int32_t> committed,
@@ -134,18 +168,33 @@ RejectionOutcome accept_round(Sampler& sampler, const SpeculativeSequence& s,
                                    std::span(ext).first(committed.size() + static_cast<size_t>(i)),
                                    mask));
   }
+  std::vector<std::vector<double>> q = round.q;
+  for (int64_t i = 0; i < drafted; ++i) {
+    std::vector<double>& qi = q[static_cast<size_t>(i)];
+    if (!qi.empty()) continue;
+    qi.assign(static_cast<size_t>(s.vocab), 0.0);
+    qi[static_cast<size_t>(round.tokens[static_cast<size_t>(i)])] = 1.0;
+  }
   std::vector<double> accept_u;
   for (int64_t i = 0; i < drafted; ++i)
     accept_u.push_back(speculative_uniform(s.seed, SpeculativeStream::kAccept, n + i));
-  const RejectionOutcome o =
-      rejection_sample(round.tokens, round.q, p, accept_u,
-                       speculative_uniform(s.seed, SpeculativeStream::kFinal, n));
-  if (drafted > 0) {
-    ++stats.num_drafts;
-    stats.num_draft_tokens += drafted;
-    stats.num_accepted_tokens += o.accepted;
-    for (int64_t i = 0; i < o.accepted; ++i) ++stats.accepted_per_position[static_cast<size_t>(i)];
-  }
+  const RejectionOutcome o = rejection_sample(
+      round.tokens, q, p, accept_u, speculative_uniform(s.seed, SpeculativeStream::kFinal, n));
+  count_round(stats, drafted, o.accepted);
+  return o;
+}
+
+RejectionOutcome accept_greedy_round(std::span<const int32_t> target_ids, const DraftRound& round,
+                                     SpeculativeStats& stats) {
+  const int64_t drafted = round.size();
+  if (static_cast<int64_t>(target_ids.size()) != drafted + 1)
+    raise<InternalError>("a round of {} drafts with {} verify ids", drafted, target_ids.size());
+  RejectionOutcome o;
+  while (o.accepted < drafted && round.tokens[static_cast<size_t>(o.accepted)] ==
+                                     target_ids[static_cast<size_t>(o.accepted)])
+    ++o.accepted;
+  o.token = target_ids[static_cast<size_t>(o.accepted)];
+  count_round(stats, drafted, o.accepted);
   return o;
 }
 

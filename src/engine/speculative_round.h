@@ -53,8 +53,10 @@ std::vector<double> token_distribution(Sampler& sampler, const SpeculativeSequen
 
 // A round's drafts as the next target step verifies them.
 struct DraftRound {
-  std::vector<int32_t> tokens;         // x_1..x_k'
-  std::vector<std::vector<double>> q;  // the distribution each was drawn from
+  std::vector<int32_t> tokens;  // x_1..x_k'
+  // The distribution each was drawn from; empty for a greedy draft drawn on the device, whose
+  // distribution is the point mass at its token.
+  std::vector<std::vector<double>> q;
   // Constrained: per verify row (k' + 1), the fork's mask before that draft (the masks the
   // drafts were drawn under; the last one after every draft). Empty: unconstrained.
   std::vector<std::vector<uint32_t>> masks;
@@ -68,7 +70,8 @@ struct DraftRound {
 // Draws one sequence's drafts, one MTP logits row at a time, through a fork of its constraint:
 // the first draft the fork refuses (a token its grammar cannot take there, or a stop id before
 // the output may end) ends the draft unverified; a stop id ends it after itself, as does a
-// terminated constraint without stop ids and the k-th draft.
+// terminated constraint without stop ids and the k-th draft. Either add() draws from a logits
+// row on the host, or a greedy draft drawn on the device under mask() is taken by add_drawn().
 class Drafter {
  public:
   // `committed`: prompt and output; `constraint`: the request's (forked here, not advanced), or
@@ -80,6 +83,13 @@ class Drafter {
   // Draws the next draft from its MTP logits row; false once the draft has ended (no further
   // MTP step is needed for this sequence).
   bool add(Sampler& sampler, const float* mtp_logits, SpeculativeStats& stats);
+  // The allowed-token mask of the next draft (the fork's, with the stop ids once it may end;
+  // ops::apply_token_mask layout), empty without a constraint. Computed once per draft.
+  std::span<const uint32_t> mask();
+  // A greedy sequence's next draft, the first maximum of its MTP logits row under mask(), drawn
+  // on the device with that row's logprob: a row without a finite maximum drafts nothing.
+  // Otherwise as add().
+  bool add_drawn(int32_t token, float logprob, SpeculativeStats& stats);
   bool ended() const { return ended_; }
   int32_t last() const { return round_.tokens.back(); }  // the latest draft
   // The round (the last verify row's mask added).
@@ -87,6 +97,8 @@ class Drafter {
 
  private:
   void end();
+  // Takes draft `d` drawn from `q` (empty: the point mass at d), after the test seam.
+  bool take_draft(int32_t d, std::vector<double> q, SpeculativeStats& stats);
 
   SpeculativeSequence s_;
   std::vector<int32_t> ext_;  // committed tokens, then the drafts
@@ -106,5 +118,12 @@ class Drafter {
 RejectionOutcome accept_round(Sampler& sampler, const SpeculativeSequence& s,
                               const float* target_logits, std::span<const int32_t> committed,
                               const DraftRound& round, SpeculativeStats& stats);
+
+// The same for a greedy sequence whose verify rows were drawn on the device: `target_ids`
+// holds round.size() + 1 ids, row i's first maximum under round.masks[i]. The rejection rule
+// over point masses keeps the drafts up to the first that differs from its row's id and emits
+// that row's id after them (the bonus when all match): accept_round's outcome, from ids alone.
+RejectionOutcome accept_greedy_round(std::span<const int32_t> target_ids, const DraftRound& round,
+                                     SpeculativeStats& stats);
 
 }  // namespace mls

@@ -90,5 +90,55 @@ TEST(SpeculativeRound, GreedyAcceptanceKeepsTheMatchingPrefix) {
   EXPECT_EQ(stats.accepted_per_position, (std::vector<int64_t>{1, 1, 0}));
 }
 
+// The same round drawn on the device: drafts taken as ids (point masses), verified from the
+// target rows' ids, gives accept_round's outcome and counts; verified on the host instead (a
+// step that reads logits), its empty q stands for the point masses.
+TEST(SpeculativeRound, DeviceDrawnRoundsAcceptAsTheHostDoes) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Sampler sampler(kRoundVocab);
+  const std::vector<int32_t> committed = {1, 2, 3};
+  const std::vector<int32_t> drafts = {4, 5, 6};
+  std::vector<float> target;
+  for (int32_t t : {4, 5, 1, 2}) {
+    const std::vector<float> r = row(t);
+    target.insert(target.end(), r.begin(), r.end());
+  }
+  SpeculativeStats host_stats(3), device_stats(3);
+  Drafter h(view(greedy, {}), committed, nullptr, 3);
+  Drafter d(view(greedy, {}), committed, nullptr, 3);
+  for (int32_t t : drafts) {
+    h.add(sampler, row(t).data(), host_stats);
+    d.add_drawn(t, -0.5f, device_stats);
+  }
+  const DraftRound on_host = h.take(), on_device = d.take();
+  EXPECT_EQ(on_device.tokens, on_host.tokens);
+  EXPECT_TRUE(on_device.q[0].empty());
+  const RejectionOutcome expect =
+      accept_round(sampler, view(greedy, {}), target.data(), committed, on_host, host_stats);
+  const std::vector<int32_t> ids = {4, 5, 1, 2};
+  const RejectionOutcome got = accept_greedy_round(ids, on_device, device_stats);
+  EXPECT_EQ(got.accepted, expect.accepted);
+  EXPECT_EQ(got.token, expect.token);
+  EXPECT_EQ(device_stats.num_accepted_tokens, host_stats.num_accepted_tokens);
+  EXPECT_EQ(device_stats.accepted_per_position, host_stats.accepted_per_position);
+  const RejectionOutcome mixed =
+      accept_round(sampler, view(greedy, {}), target.data(), committed, on_device, host_stats);
+  EXPECT_EQ(mixed.accepted, expect.accepted);
+  EXPECT_EQ(mixed.token, expect.token);
+  // All drafts right: the bonus row's id follows them.
+  const std::vector<int32_t> all = {4, 5, 6, 3};
+  const RejectionOutcome bonus = accept_greedy_round(all, on_device, device_stats);
+  EXPECT_EQ(bonus.accepted, 3);
+  EXPECT_EQ(bonus.token, 3);
+  // A row without a finite maximum, or an id outside the vocabulary, drafts nothing.
+  Drafter nan(view(greedy, {}), committed, nullptr, 3);
+  EXPECT_FALSE(nan.add_drawn(4, std::numeric_limits<float>::quiet_NaN(), device_stats));
+  EXPECT_TRUE(nan.take().tokens.empty());
+  Drafter out(view(greedy, {}), committed, nullptr, 3);
+  EXPECT_FALSE(out.add_drawn(kRoundVocab, -1.0f, device_stats));
+  EXPECT_TRUE(out.take().tokens.empty());
+}
+
 }  // namespace
 }  // namespace mls

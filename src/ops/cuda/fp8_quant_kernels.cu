@@ -289,12 +289,15 @@ cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
   if (groups > std::numeric_limits<int>::max() || row_tiles > 65535) return cudaErrorInvalidValue;
   const int64_t tiles = groups * row_tiles;
   const int64_t KB = (a.K + 127) / 128;
-  // Split K until about two CTAs per SM are in flight, keeping >= kWarps K blocks per CTA.
+  // Split K while every CTA still fits one wave of two per SM, keeping >= kWarps K blocks per
+  // CTA. The CTAs do equal work, so a split that spills into a second wave costs a whole
+  // CTA's time for the tail: rounding the split up made q_a (2048 x 6144: 128 tiles) 384 CTAs
+  // in 1.45 waves of 16 K blocks (2 x 16) where 2 splits run 256 CTAs of 24 (1 x 24), and a
+  // 256-tile weight 512 CTAs in 1.94 waves (2 x KB / 2) where unsplit it needs no partials.
   const int64_t target = 2LL * a.num_sms;
   int64_t ksplit = 1;
   if (tiles < target && tiles <= a.num_counters)
-    ksplit =
-        std::min<int64_t>({(target + tiles - 1) / tiles, std::max<int64_t>(1, KB / kWarps), 16});
+    ksplit = std::min<int64_t>({target / tiles, std::max<int64_t>(1, KB / kWarps), 16});
   while (ksplit > 1 && static_cast<size_t>(ksplit * a.T * a.N) * sizeof(float) > a.partial_bytes)
     --ksplit;
   const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(row_tiles),

@@ -1,7 +1,8 @@
 // The CUDA MoE routing ops against the CPU ops: routing (ids as sets, weights per expert),
 // the expert grouping (bitwise), the weighted un-permutation, and the whole path
 // route → align → gather → identity experts → unpermute; the grouped FP8 experts against a host
-// emulation, and their batch invariance.
+// emulation, their batch invariance, and their fused activation quantisation against the
+// two-launch path (bitwise).
 #include <gtest/gtest.h>
 
 #include <algorithm>

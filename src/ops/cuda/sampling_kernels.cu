@@ -528,11 +528,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   const float* x = a.logits + row * a.stride;
   const int V = a.V;
 
-  const bool split = p.greedy && a.splits > 1;
-  const MaxSum ms =
-      split ? merge_partials(a.partials + row * a.splits * scratch::kSamplePartialFloats, a.splits,
-                             V, s)
-            : row_max_sum(x, V, s);
+  if (p.greedy && a.splits > 1) {
+    const MaxSum ms =
+        merge_partials(a.partials + row * a.splits * scratch::kSamplePartialFloats, a.splits, V, s);
+    if (threadIdx.x == 0) {
+      a.ids[row * a.ids_stride] = ms.idx;
+      a.logprobs[row * a.lp_stride] = static_cast<float>(static_cast<double>(x[ms.idx]) -
+                                                         (static_cast<double>(ms.m) + log(ms.sum)));
+    }
+    return;
+  }
+  const MaxSum ms = row_max_sum(x, V, s);
   const double lse = static_cast<double>(ms.m) + log(ms.sum);
   const auto finish = [&](int token) {
     if (threadIdx.x != 0) return;

@@ -136,9 +136,8 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     return;
   }
   if (fp8) return linear_fp8(x, w, y, accumulate);
-  // Few tokens on a small weight: the streaming kernel (bf16_gemv_kernels.h says where it wins).
-  // A token's bits then depend on whether its step has more than 8 tokens, as with the FP8
-  // GEMMs (scratch::fp8_cublaslt_tokens); equal step sizes (graph buckets) still agree.
+  // Few tokens on a small weight, where the model allows it (ops::skinny_bf16_linears_on): the
+  // streaming kernel (bf16_gemv_kernels.h says where it wins).
   const kernels::Bf16GemvArgs g{.x = x.raw(),
                                 .ldx = x.stride(0),
                                 .w = w.raw(),
@@ -149,7 +148,8 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
                                 .N = N,
                                 .K = static_cast<int>(K),
                                 .T = static_cast<int>(T)};
-  if (T <= kernels::kBf16GemvMaxTokens && K <= INT32_MAX && kernels::bf16_gemv_applies(g))
+  if (skinny_bf16_linears_on && T <= kernels::kBf16GemvMaxTokens && K <= INT32_MAX &&
+      kernels::bf16_gemv_applies(g))
     return mls::cuda::check(kernels::launch_bf16_gemv(g, mls::cuda::stream()), "linear: bf16 GEMV");
   lt_linear({.m = T,
              .n = N,

@@ -18,6 +18,28 @@ void take_linear_workspace();
 void pad_block_scale(const Tensor& scale, Tensor& padded);
 }  // namespace cuda
 
+// Whether bf16 linears of at most 8 tokens on small weights (the MoE router) may take the
+// weight-streaming kernel (ops/cuda/bf16_gemv_kernels.h). Its bits differ from cuBLASLt's
+// algorithm, which every other token count takes, so a token's result then depends on its step's
+// size. Off by default: bf16 models keep the GPU's batch, chunking and preemption invariance
+// (ops/cuda/cublaslt_gemm.cc). A block-FP8 model, whose FP8 GEMMs already choose by step size
+// (only equal step sizes agree, as a graph bucket and its padded eager step do), turns it on for
+// its forward (model/model.cc). Per thread: each rank's thread runs its own model.
+inline thread_local bool skinny_bf16_linears_on = false;
+
+class SkinnyBf16Linears {
+ public:
+  explicit SkinnyBf16Linears(bool on) : prev_(skinny_bf16_linears_on) {
+    skinny_bf16_linears_on = on;
+  }
+  ~SkinnyBf16Linears() { skinny_bf16_linears_on = prev_; }
+  SkinnyBf16Linears(const SkinnyBf16Linears&) = delete;
+  SkinnyBf16Linears& operator=(const SkinnyBf16Linears&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // Device scratch of one call: with an FP8 W, the quantised activations and their scales, unless
 // the GEMM quantises them itself (ops/scratch_sizes.h).
 inline ScratchPlan linear_scratch(const Tensor& x, const Tensor& w) {

@@ -103,11 +103,18 @@ void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor
 void apply_token_mask(Tensor& logits, const Tensor& mask);
 }  // namespace cuda
 
+// Device scratch of one call: partials of split greedy rows (ops/scratch_sizes.h).
+inline ScratchPlan sample_rows_scratch(const Tensor& logits) {
+  return {{{scratch::sample_scratch_floats(logits.dim(0), logits.dim(1)), DType::kF32,
+            MemTag::kActivation},
+           {}}};
+}
+
 // logits f32 [R, V] (unit inner stride), rows.size() == R → ids i32 [R], logprobs f32 [R] (the
 // sampled token's raw logprob), all on one device.
 inline void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor& ids,
                         Tensor& logprobs) {
-  MLS_DISPATCH(ids, sample_rows, logits, rows, ids, logprobs);
+  MLS_DISPATCH_SCRATCH(ids, sample_rows_scratch(logits), sample_rows, logits, rows, ids, logprobs);
 }
 
 inline void apply_token_mask(Tensor& logits, const Tensor& mask) {

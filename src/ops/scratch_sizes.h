@@ -155,6 +155,28 @@ constexpr int64_t moe_experts_fp8_bytes(int64_t E) {
   return 4 * (E + 1);
 }
 
+// --- sampling -------------------------------------------------------------------------------
+// A call of few rows would leave most SMs idle with one CTA per row (one greedy row of 154,880
+// logits: 45 µs on the H200), so its greedy rows are cut into slices of at least
+// kSampleMinSlice logits, up to kSampleTargetCtas CTAs in all (a fixed count, not the device's,
+// so that meta mode plans alike); each slice leaves its max, first argmax and sum of exp
+// (16 bytes) for the row's CTA to combine. Sampled rows keep one CTA each.
+inline constexpr int64_t kSampleTargetCtas = 256;
+inline constexpr int64_t kSampleMinSlice = 256;
+inline constexpr int64_t kSamplePartialFloats = 4;
+
+// Slices per greedy row of a call of R rows of V logits (1: one CTA per row, no scratch).
+constexpr int64_t sample_greedy_splits(int64_t R, int64_t V) {
+  if (R <= 0) return 1;
+  const int64_t want = kSampleTargetCtas / R;
+  return std::max<int64_t>(std::min(want, V / kSampleMinSlice), 1);
+}
+// Split calls have at most kSampleTargetCtas / 2 rows: one launch of the sampling kernel.
+constexpr int64_t sample_scratch_floats(int64_t R, int64_t V) {
+  const int64_t splits = sample_greedy_splits(R, V);
+  return splits > 1 ? R * splits * kSamplePartialFloats : 0;
+}
+
 // --- GEMM library ---------------------------------------------------------------------------
 // What each rank's cuBLASLt state holds for its whole life: cuBLASLt's workspace, our skinny
 // kernels' split-K partials and their counters.

@@ -76,5 +76,27 @@ TEST(AttentionSplits, OtherShapesAreNotSplit) {
   EXPECT_EQ(attention_splits(0, 64, 1, 512, 4096, true).floats, 0);
 }
 
+// Calls of few rows split their greedy rows into slices of at least kSampleMinSlice logits,
+// within kSampleTargetCtas CTAs; wide calls keep one CTA per row and no scratch.
+TEST(SampleSplits, FewRowsFillTheGpuWideCallsAreNotSplit) {
+  EXPECT_EQ(sample_greedy_splits(1, 154880), kSampleTargetCtas);
+  EXPECT_EQ(sample_greedy_splits(8, 154880), kSampleTargetCtas / 8);
+  EXPECT_EQ(sample_greedy_splits(1, 1000), 3);
+  for (int64_t R : {1, 2, 3, 8, 100, 128, 129, 256, 300})
+    for (int64_t V : {1, 255, 256, 1000, 154880, 262144}) {
+      const int64_t s = sample_greedy_splits(R, V);
+      SCOPED_TRACE(testing::Message() << "R " << R << " V " << V);
+      EXPECT_GE(s, 1);
+      if (s > 1) {
+        EXPECT_LE(R * s, kSampleTargetCtas);
+        EXPECT_GE(V / s, kSampleMinSlice);
+        EXPECT_EQ(sample_scratch_floats(R, V), R * s * kSamplePartialFloats);
+      } else {
+        EXPECT_EQ(sample_scratch_floats(R, V), 0);
+      }
+    }
+  EXPECT_EQ(sample_greedy_splits(kSampleTargetCtas, 154880), 1);
+}
+
 }  // namespace
 }  // namespace mls::ops::scratch

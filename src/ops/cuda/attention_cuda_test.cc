@@ -522,6 +522,26 @@ TEST(CudaIndexer, DecodeRowsGlm5) {
   }
 }
 
+TEST(CudaIndexer, DecodeStepsOfOneTwoAndEightRowsAt4kAnd8kKeys) {
+  MLS_REQUIRE_GPU();
+  // GLM-5's decode: 2048 of 4096 or 8192 keys (rows of the step's whole reach and one key
+  // short of it); small integers tie often at the cut, so the lists must agree exactly.
+  for (int64_t keys : {4096, 8192})
+    for (int64_t T : {1, 2, 8}) {
+      IdxCase c;
+      for (int64_t s = 0; s < T; ++s) {
+        c.ctx.push_back(s % 2 ? keys - 1 : keys);
+        const auto p = static_cast<int32_t>(c.ctx.back() - 1);
+        c.queries.push_back({static_cast<int32_t>(s), p, p + 1});
+      }
+      c.seed = static_cast<uint32_t>(250 + keys + T);
+      SCOPED_TRACE(testing::Message() << "keys " << keys << " T " << T);
+      run_indexer(c);
+      c.integer = false;
+      run_indexer(c);
+    }
+}
+
 TEST(CudaIndexer, PromptRowsSpanThePrompt) {
   MLS_REQUIRE_GPU();
   // A chunk of a 3000-token prompt: each row spans the prompt, later positions masked; rows

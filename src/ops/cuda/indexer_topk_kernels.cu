@@ -9,6 +9,10 @@
 // histograms) finds the k-th largest score; the chosen keys are every key above it plus the
 // lowest-indexed keys equal to it, written in ascending index order through a block scan, so
 // the result is deterministic. Rows short enough are cached in shared memory for the passes.
+// Steps whose rows all fit in registers (key_bound <= kRegKeys: decode at up to 8k context)
+// take topk_reg_kernel instead: 1024 threads hold 8 consecutive keys each, three passes of 12,
+// 12 and 8 bits (later passes only count the keys still matching the prefix) find the same
+// k-th key and count of equal keys kept, and one block scan writes the same list.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -326,6 +330,143 @@ __global__ void __launch_bounds__(kTopkThreads)
   }
 }
 
+constexpr int kRegThreads = 1024;
+constexpr int kRegWarps = kRegThreads / 32;
+constexpr int kRegPerThread = 8;
+constexpr int kRegKeys = kRegThreads * kRegPerThread;
+constexpr int kRegBins = 4096;  // 12-bit digits
+
+// Inclusive prefix sum of v over the CTA's threads in order; the total in *total.
+__device__ __forceinline__ uint32_t reg_block_scan(uint32_t v, uint32_t* warp_sums,
+                                                   uint32_t* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t incl = v;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const uint32_t u = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += u;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    uint32_t w = warp_sums[lane];
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const uint32_t u = __shfl_up_sync(0xffffffffu, w, off);
+      if (lane >= off) w += u;
+    }
+    warp_sums[lane] = w;
+  }
+  __syncthreads();
+  const uint32_t r = incl + (warp > 0 ? warp_sums[warp - 1] : 0);
+  *total = warp_sums[kRegWarps - 1];
+  __syncthreads();
+  return r;
+}
+
+__global__ void __launch_bounds__(kRegThreads)
+    topk_reg_kernel(const IndexerParams p, int t0, const float* scores, int64_t ld) {
+  __shared__ uint32_t hist[kRegBins];
+  __shared__ uint32_t warp_sums[kRegWarps];
+  __shared__ uint32_t sh_prefix, sh_rem;
+  static_assert(kRegKeys < 65536);  // packed 16-bit counts in the final scan
+
+  const int t = t0 + static_cast<int>(blockIdx.x);
+  const int tid = threadIdx.x;
+  const int n = static_cast<int>(valid_keys(p, t));
+  const int topk = p.topk;
+  int32_t* out = p.chosen + static_cast<int64_t>(t) * topk;
+  if (n <= topk) {  // every valid key, then unused slots
+    for (int j = tid; j < topk; j += kRegThreads) out[j] = j < n ? j : -1;
+    return;
+  }
+
+  // Keys j0 .. j0 + 7 of this thread (ld is a multiple of 4 floats: 16-byte loads).
+  const float* row = scores + static_cast<int64_t>(blockIdx.x) * ld;
+  const int j0 = tid * kRegPerThread;
+  uint32_t u[kRegPerThread];
+  if (j0 + kRegPerThread <= n) {
+    const float4 a = *reinterpret_cast<const float4*>(row + j0);
+    const float4 b = *reinterpret_cast<const float4*>(row + j0 + 4);
+    const float v[kRegPerThread] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int e = 0; e < kRegPerThread; ++e) u[e] = order_key(v[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kRegPerThread; ++e) u[e] = j0 + e < n ? order_key(row[j0 + e]) : 0u;
+  }
+  const int valid = n - j0 < 0 ? 0 : n - j0;  // this thread's keys e < valid count
+
+  // Radix select of the topk-th largest key over digits of 12, 12 and 8 bits.
+  uint32_t prefix = 0, mask = 0, rem = static_cast<uint32_t>(topk);
+#pragma unroll 1
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = pass == 0 ? 20 : pass == 1 ? 8 : 0;
+    const int bins = pass == 2 ? 256 : kRegBins;
+    for (int i = tid; i < kRegBins; i += kRegThreads) hist[i] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < kRegPerThread; ++e)
+      if (e < valid && (u[e] & mask) == prefix) atomicAdd(&hist[(u[e] >> shift) & (bins - 1)], 1u);
+    __syncthreads();
+    // Thread i owns 4 bins from the top (bins - 1 - 4i down to bins - 4 - 4i); the first thread
+    // whose running count from the top reaches rem holds the digit.
+    const int per = kRegBins / kRegThreads;
+    const int hi = bins - 1 - tid * per;
+    uint32_t cnt[per], sum = 0;
+#pragma unroll
+    for (int i = 0; i < per; ++i) {
+      cnt[i] = hi - i >= 0 ? hist[hi - i] : 0u;
+      sum += cnt[i];
+    }
+    uint32_t total;
+    const uint32_t incl = reg_block_scan(sum, warp_sums, &total);
+    const uint32_t before0 = incl - sum;
+    if (before0 < rem && incl >= rem) {
+      uint32_t before = before0;
+      int digit = hi - (per - 1);
+      for (int i = 0; i < per; ++i) {
+        if (before + cnt[i] >= rem) {
+          digit = hi - i;
+          break;
+        }
+        before += cnt[i];
+      }
+      sh_prefix = prefix | (static_cast<uint32_t>(digit) << shift);
+      sh_rem = rem - before;
+    }
+    __syncthreads();
+    prefix = sh_prefix;
+    rem = sh_rem;
+    mask |= static_cast<uint32_t>(bins - 1) << shift;
+  }
+
+  // Keys above the threshold, then the first `rem` keys equal to it, in ascending index order:
+  // a key's slot is (#above before it) + min(#equal before it, rem).
+  uint32_t gt_cnt = 0, eq_cnt = 0;
+#pragma unroll
+  for (int e = 0; e < kRegPerThread; ++e)
+    if (e < valid) {
+      gt_cnt += u[e] > prefix;
+      eq_cnt += u[e] == prefix;
+    }
+  const uint32_t packed = gt_cnt | (eq_cnt << 16);
+  uint32_t total;
+  const uint32_t before = reg_block_scan(packed, warp_sums, &total) - packed;
+  uint32_t gt = before & 0xffffu, eq = before >> 16;
+#pragma unroll
+  for (int e = 0; e < kRegPerThread; ++e) {
+    if (e >= valid) continue;
+    if (u[e] > prefix) {
+      out[gt + (eq < rem ? eq : rem)] = j0 + e;
+      ++gt;
+    } else if (u[e] == prefix) {
+      if (eq < rem) out[gt + eq] = j0 + e;
+      ++eq;
+    }
+  }
+}
+
 ScoreLayout make_score_layout(const IndexerParams& p) {
   ScoreLayout L;
   L.dp = (p.Di + 15) / 16 * 16;
@@ -407,6 +548,10 @@ cudaError_t launch_indexer_topk(const IndexerParams& p, int t0, int nt, float* s
         : mb == 3 ? launch_scores<3>(p, L, dev, t0, nt, scores, ld, stream)
                   : launch_scores<4>(p, L, dev, t0, nt, scores, ld, stream);
     if (e != cudaSuccess) return e;
+  }
+  if (p.key_bound <= kRegKeys) {
+    topk_reg_kernel<<<nt, kRegThreads, 0, stream>>>(p, t0, scores, ld);
+    return cudaGetLastError();
   }
   const int cache_cap = static_cast<int>(std::min<int64_t>(ld, kCacheFloats));
   e = prepare(dev, reinterpret_cast<const void*>(topk_kernel), &sms);

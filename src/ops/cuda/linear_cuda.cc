@@ -1,8 +1,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/cuda_context.h"
+#include "ops/cuda/bf16_gemv_kernels.h"
 #include "ops/cuda/cublaslt_gemm.h"
 #include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/linear.h"
@@ -141,6 +143,21 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     return;
   }
   if (fp8) return linear_fp8(x, w, y, accumulate);
+  // Few tokens on a small weight, where the model allows it (ops::skinny_bf16_linears_on): the
+  // streaming kernel (bf16_gemv_kernels.h says where it wins).
+  const kernels::Bf16GemvArgs g{.x = x.raw(),
+                                .ldx = x.stride(0),
+                                .w = w.raw(),
+                                .y = y.raw(),
+                                .ldy = y.stride(0),
+                                .y_f32 = y.dtype() == DType::kF32,
+                                .accumulate = accumulate,
+                                .N = N,
+                                .K = static_cast<int>(K),
+                                .T = static_cast<int>(T)};
+  if (skinny_bf16_linears_on && T <= kernels::kBf16GemvMaxTokens && K <= INT32_MAX &&
+      kernels::bf16_gemv_applies(g))
+    return mls::cuda::check(kernels::launch_bf16_gemv(g, mls::cuda::stream()), "linear: bf16 GEMV");
   lt_linear({.m = T,
              .n = N,
              .k = K,

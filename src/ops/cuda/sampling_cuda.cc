@@ -17,6 +17,14 @@ void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor
   a.V = static_cast<int>(V);
   a.ids_stride = ids.stride(0);
   a.lp_stride = logprobs.stride(0);
+  // The scratch of ops::sample_rows_scratch: greedy rows' slice partials when the call is split.
+  a.splits = static_cast<int>(scratch::sample_greedy_splits(R, V));
+  const int64_t floats = scratch::sample_scratch_floats(R, V);
+  Tensor partials;
+  if (floats > 0) {
+    partials = Tensor::empty({floats}, DType::kF32, MemTag::kActivation, mls::cuda::allocator());
+    a.partials = partials.data<float>();
+  }
   for (int64_t first = 0; first < R; first += kernels::kSampleRowsPerLaunch) {
     a.R = static_cast<int>(std::min<int64_t>(kernels::kSampleRowsPerLaunch, R - first));
     a.logits = logits.data<float>() + first * a.stride;

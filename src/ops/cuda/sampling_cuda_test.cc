@@ -2,7 +2,9 @@
 // the CPU op on the same f32 logits: realistic (peaked), flat, bf16-valued (many exact ties),
 // clustered and all-equal rows, at V = 154880 and small V, for greedy, temperature only, top_k,
 // top_p, min_p and their combinations, with candidate sets small enough for the sorted fast
-// path and large enough for the radix select and its exact-tie pass.
+// path and large enough for the radix select and its exact-tie pass. Greedy rows of calls of few
+// rows, split across CTAs, against the CPU op and against the same rows in a call too wide to
+// split (one CTA per row): ids bitwise equal.
 //
 // Tokens must be equal. Both ops compute q = float(exp(double)) and sum integer masses, so the
 // only way they may differ is a q on which the two libms round differently: exp within ~2^-52
@@ -104,6 +106,8 @@ Tensor make_logits(int64_t R, int64_t V, Dist d, uint32_t seed) {
   }
   return t;
 }
+
+Tensor make_mask(int64_t R, int64_t V);
 
 struct Result {
   std::vector<int32_t> ids;
@@ -255,6 +259,81 @@ TEST(SampleRowsCuda, GreedyIsTheFirstMaximum) {
         differ += compare("greedy V " + std::to_string(V), x, assign({greedy()}, R, 1));
       }
   EXPECT_EQ(differ, 0);  // argmax has no rounding
+}
+
+// Masks most of a row with -inf (in place): only ids with id % 7 == r % 7 stay, and the ids
+// before a late boundary, so that a row's first maximum may sit in a late slice.
+void mask_row(Tensor& x, int64_t r) {
+  const int64_t V = x.dim(1);
+  float* row = x.data<float>() + r * V;
+  for (int64_t i = 0; i < V; ++i)
+    if (i % 7 != r % 7 || i < V / 3) row[i] = -INFINITY;
+}
+
+// The R rows of x as the first rows of a call of n rows (the rest repeat them).
+Tensor widen(const Tensor& x, int64_t n) {
+  const int64_t R = x.dim(0), V = x.dim(1);
+  Tensor w = cpu_empty({n, V}, DType::kF32);
+  for (int64_t r = 0; r < n; ++r)
+    std::copy(x.data<float>() + (r % R) * V, x.data<float>() + (r % R + 1) * V,
+              w.data<float>() + r * V);
+  return w;
+}
+
+TEST(SampleRowsCuda, GreedyRowsSplitAcrossCtasMatchOneCtaAndTheCpu) {
+  MLS_REQUIRE_GPU();
+  const int64_t one_cta = scratch::kSampleTargetCtas;  // a call this wide is never split
+  for (int64_t V : {int64_t{1000}, kGlmVocab, kSampleMaxVocab})
+    for (int64_t R : {1, 2, 8}) {
+      ASSERT_GT(scratch::sample_greedy_splits(R, V), 1) << "R " << R << " V " << V;
+      ASSERT_EQ(scratch::sample_greedy_splits(one_cta, V), 1);
+      for (Dist d : {Dist::kPeaked, Dist::kDupMax, Dist::kAllEqual, Dist::kBf16, Dist::kFlat}) {
+        Tensor x = make_logits(R, V, d, static_cast<uint32_t>(7 * V + R));
+        // -inf entries: row 1 mostly masked; the last row of 8 has its maximum at its last id.
+        if (R > 1) mask_row(x, 1);
+        if (R > 2) {
+          float* last = x.data<float>() + (R - 1) * V;
+          last[V - 1] = *std::max_element(last, last + V) + 1.0f;
+        }
+        const std::string what = "split greedy V " + std::to_string(V) + " R " + std::to_string(R);
+        const auto rows = assign({greedy()}, R, 13);
+        EXPECT_EQ(compare(what, x, rows), 0);
+        // Bitwise the one-CTA path's id: the same rows in a call too wide to split.
+        const Result split = run_gpu(x, rows),
+                     wide = run_gpu(widen(x, one_cta), assign({greedy()}, one_cta, 13));
+        for (int64_t r = 0; r < R; ++r) {
+          EXPECT_EQ(split.ids[r], wide.ids[r]) << what << " row " << r;
+          EXPECT_NEAR(split.logprobs[r], wide.logprobs[r], 1e-5) << what << " row " << r;
+        }
+        // Deterministic: a second run gives the same bits.
+        const Result again = run_gpu(x, rows);
+        for (int64_t r = 0; r < R; ++r) {
+          EXPECT_EQ(again.ids[r], split.ids[r]);
+          EXPECT_EQ(again.logprobs[r], split.logprobs[r]);
+        }
+      }
+    }
+}
+
+TEST(SampleRowsCuda, SplitGreedyRowsBesideSampledRowsAndMasks) {
+  MLS_REQUIRE_GPU();
+  // Greedy rows on the split path, sampled rows on one CTA each, in one call; then the same
+  // rows behind allowed-token masks (the engine's structured outputs).
+  const std::vector<RowSampling> configs{greedy(), sampled(1.0), greedy(), sampled(0.8, 40, 0.9),
+                                         sampled(1.0, 0, 0.95)};
+  int64_t differ = 0;
+  for (int64_t V : {int64_t{1000}, kGlmVocab})
+    for (int64_t R : {2, 8}) {
+      ASSERT_GT(scratch::sample_greedy_splits(R, V), 1);
+      Tensor x = make_logits(R, V, Dist::kDupMax, static_cast<uint32_t>(V + 3 * R));
+      const std::string what = "mixed V " + std::to_string(V) + " R " + std::to_string(R);
+      differ += compare(what, x, assign(configs, R, 14));
+      apply_token_mask(x, make_mask(R, V));
+      differ += compare(what + " masked", x, assign(configs, R, 15));
+    }
+  std::printf("split greedy beside sampled rows: %lld rows differ\n",
+              static_cast<long long>(differ));
+  EXPECT_LE(differ, 1);  // greedy rows never (compare fails them); a sampled row only as above
 }
 
 TEST(SampleRowsCuda, TemperatureOnlyDrawsInIdOrder) {

@@ -17,6 +17,11 @@
 //     the next 10 bits and then the last 10 bits narrow the crossing to a window that fits and
 //     is sorted, or to one exact q whose equal ids are resolved by an ordered pass.
 // Masses are integers (q · 2^45 truncated), so every sum, whatever its order, is the host's.
+//
+// A call of few rows splits its greedy rows first (ops::scratch::sample_greedy_splits): a launch
+// of CTAs over slices of each such row leaves per slice its max, first argmax and sum of exp,
+// and the row's CTA merges them in a fixed order instead of reading the row. The argmax merge
+// (larger max, else lower id) is exact in any order: the id is the one-CTA path's.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -24,6 +29,7 @@
 #include <cstdint>
 
 #include "ops/cuda/sampling_kernels.h"
+#include "ops/scratch_sizes.h"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -225,50 +231,111 @@ __device__ __forceinline__ void merge(MaxSum& a, const MaxSum& b) {
   a.m = m;
 }
 
-__device__ MaxSum row_max_sum(const float* x, int V, Smem& s) {
-  MaxSum t{-INFINITY, 0.0, INT_MAX};
-  for_each_value<8>(x, V, [&](int i, float v) {
-    if (i >= V) return;
-    if (v > t.m) {
-      t.sum = t.sum * exp(static_cast<double>(t.m) - v) + 1.0;
-      t.m = v;
-      t.idx = i;
-    } else if (v != -INFINITY) {
-      t.sum += static_cast<double>(expf(v - t.m));
-    }
-  });
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+__device__ __forceinline__ void accumulate(MaxSum& t, int i, float v) {
+  if (v > t.m) {
+    t.sum = t.sum * exp(static_cast<double>(t.m) - v) + 1.0;
+    t.m = v;
+    t.idx = i;
+  } else if (v != -INFINITY) {
+    t.sum += static_cast<double>(expf(v - t.m));
+  }
+}
+
+__device__ __forceinline__ void warp_merge(MaxSum& t) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const MaxSum u{__shfl_xor_sync(kFullMask, t.m, o), __shfl_xor_sync(kFullMask, t.sum, o),
                    __shfl_xor_sync(kFullMask, t.idx, o)};
     merge(t, u);
   }
+}
+
+// The merge of every thread's t over a CTA of NW warps, in a fixed order; returned to all.
+template <int NW>
+__device__ MaxSum block_merge(MaxSum t, float* redf, double* redd, int* redi) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  warp_merge(t);
   if (lane == 0) {
-    s.redf[warp] = t.m;
-    s.redd[warp] = t.sum;
-    s.redi[warp] = t.idx;
+    redf[warp] = t.m;
+    redd[warp] = t.sum;
+    redi[warp] = t.idx;
   }
   __syncthreads();
   if (warp == 0) {
-    t = {s.redf[lane], s.redd[lane], s.redi[lane]};
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const MaxSum u{__shfl_xor_sync(kFullMask, t.m, o), __shfl_xor_sync(kFullMask, t.sum, o),
-                     __shfl_xor_sync(kFullMask, t.idx, o)};
-      merge(t, u);
-    }
+    t = lane < NW ? MaxSum{redf[lane], redd[lane], redi[lane]} : MaxSum{-INFINITY, 0.0, INT_MAX};
+    warp_merge(t);
     if (lane == 0) {
-      s.redf[0] = t.m;
-      s.redd[0] = t.sum;
-      s.redi[0] = t.idx;
+      redf[0] = t.m;
+      redd[0] = t.sum;
+      redi[0] = t.idx;
     }
   }
   __syncthreads();
-  t = {s.redf[0], s.redd[0], s.redi[0]};
+  t = {redf[0], redd[0], redi[0]};
   __syncthreads();
+  return t;
+}
+
+__device__ MaxSum row_max_sum(const float* x, int V, Smem& s) {
+  MaxSum t{-INFINITY, 0.0, INT_MAX};
+  for_each_value<8>(x, V, [&](int i, float v) {
+    if (i < V) accumulate(t, i, v);
+  });
+  t = block_merge<kWarps>(t, s.redf, s.redd, s.redi);
   if (t.idx >= V) t.idx = 0;  // no value above −inf: the host's max_element gives id 0
   return t;
+}
+
+// A slice's MaxSum as it lies in the scratch.
+struct Partial {
+  float m;
+  int idx;
+  double sum;
+};
+static_assert(sizeof(Partial) == scratch::kSamplePartialFloats * sizeof(float));
+static_assert(scratch::kSampleTargetCtas <= kThreads);  // a row's partials: one per thread
+
+// A split greedy row: its slices' partials merged in a fixed order.
+__device__ MaxSum merge_partials(const float* part, int splits, int V, Smem& s) {
+  MaxSum t{-INFINITY, 0.0, INT_MAX};
+  if (static_cast<int>(threadIdx.x) < splits) {
+    const Partial p = reinterpret_cast<const Partial*>(part)[threadIdx.x];
+    t = {p.m, p.sum, p.idx};
+  }
+  t = block_merge<kWarps>(t, s.redf, s.redd, s.redi);
+  if (t.idx >= V) t.idx = 0;
+  return t;
+}
+
+// Slice blockIdx.x of greedy row blockIdx.y: its MaxSum into a.partials.
+constexpr int kSliceThreads = 256;
+
+__global__ void __launch_bounds__(kSliceThreads)
+    greedy_slice_kernel(const __grid_constant__ SampleArgs a) {
+  const int row = blockIdx.y;
+  if (!a.rows[row].greedy) return;
+  __shared__ float redf[kSliceThreads / 32];
+  __shared__ double redd[kSliceThreads / 32];
+  __shared__ int redi[kSliceThreads / 32];
+  const float* x = a.logits + row * a.stride;
+  const int slice = (a.V + a.splits - 1) / a.splits;
+  const int lo = static_cast<int>(blockIdx.x) * slice, hi = min(lo + slice, a.V);
+  constexpr int U = 4;
+  MaxSum t{-INFINITY, 0.0, INT_MAX};
+  for (int base = lo; base < hi; base += kSliceThreads * U) {
+    float v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * kSliceThreads + static_cast<int>(threadIdx.x);
+      v[u] = i < hi ? __ldg(x + i) : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      accumulate(t, base + u * kSliceThreads + static_cast<int>(threadIdx.x), v[u]);
+  }
+  t = block_merge<kSliceThreads / 32>(t, redf, redd, redi);
+  if (threadIdx.x == 0)
+    reinterpret_cast<Partial*>(a.partials)[row * a.splits + blockIdx.x] = {t.m, t.idx, t.sum};
 }
 
 // Candidates with key in [klo, khi] within `lim` into s.buf (at most kCap are stored); returns
@@ -461,6 +528,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   const float* x = a.logits + row * a.stride;
   const int V = a.V;
 
+  if (p.greedy && a.splits > 1) {
+    const MaxSum ms =
+        merge_partials(a.partials + row * a.splits * scratch::kSamplePartialFloats, a.splits, V, s);
+    if (threadIdx.x == 0) {
+      a.ids[row * a.ids_stride] = ms.idx;
+      a.logprobs[row * a.lp_stride] = static_cast<float>(static_cast<double>(x[ms.idx]) -
+                                                         (static_cast<double>(ms.m) + log(ms.sum)));
+    }
+    return;
+  }
   const MaxSum ms = row_max_sum(x, V, s);
   const double lse = static_cast<double>(ms.m) + log(ms.sum);
   const auto finish = [&](int token) {
@@ -603,6 +680,12 @@ cudaError_t launch_sample_rows(const SampleArgs& a, cudaStream_t stream) {
   const cudaError_t e = cudaFuncSetAttribute(
       sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(Smem)));
   if (e != cudaSuccess) return e;
+  if (a.splits > 1) {
+    greedy_slice_kernel<<<dim3(static_cast<unsigned int>(a.splits), static_cast<unsigned int>(a.R)),
+                          kSliceThreads, 0, stream>>>(a);
+    const cudaError_t le = cudaGetLastError();
+    if (le != cudaSuccess) return le;
+  }
   sample_kernel<<<a.R, kThreads, sizeof(Smem), stream>>>(a);
   return cudaGetLastError();
 }

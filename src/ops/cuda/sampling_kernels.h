@@ -1,6 +1,7 @@
 // Launcher for the sampling kernel (sampling_kernels.cu): one CTA per row of logits draws that
-// row's token exactly as ops::cpu::sample_row does (ops/sampling.h). No fmt-based project
-// headers: this is included by nvcc.
+// row's token exactly as ops::cpu::sample_row does (ops/sampling.h); in a call of few rows the
+// greedy rows are first reduced by several CTAs each (ops::scratch::sample_greedy_splits). No
+// fmt-based project headers: this is included by nvcc.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +34,10 @@ struct SampleArgs {
   int64_t ids_stride;
   float* logprobs;  // logprobs[i · lp_stride]
   int64_t lp_stride;
+  // splits > 1: greedy rows are cut into that many slices, whose partials (R · splits ·
+  // scratch::kSamplePartialFloats floats) the launch keeps in `partials`.
+  int splits;
+  float* partials;
   SampleRow rows[kSampleRowsPerLaunch];
 };
 

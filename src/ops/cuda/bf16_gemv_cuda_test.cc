@@ -1,0 +1,115 @@
+// The few-token bf16 GEMM (ops/cuda/bf16_gemv_kernels.h) through ops::linear, which routes
+// these shapes to it where allowed (ops::SkinnyBf16Linears, as an FP8 model's forward does),
+// against the CPU op on the same bf16-rounded inputs, at the tolerances of linear_cuda_test.cc: a
+// bf16 output is the fp32 result rounded to bf16 (rel-L2 <= 4e-3); an f32 output differs only by
+// the fp32 summation order (rel-L2 <= 2e-5). And a token's output bitwise the same alone as in a
+// batch.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/cuda/bf16_gemv_kernels.h"
+#include "ops/cuda/test_util.h"
+#include "ops/linear.h"
+
+namespace mls::ops::test {
+namespace {
+
+namespace kernels = ::mls::ops::cuda::kernels;
+
+constexpr double kBf16OutTol = 4e-3;
+constexpr double kF32OutTol = 2e-5;
+
+// Rows [t0, t0 + n) of a host f32 matrix, contiguous.
+Tensor rows_of(const Tensor& t, int64_t t0, int64_t n) {
+  const int64_t cols = t.dim(1);
+  Tensor r = Tensor::empty({n, cols}, DType::kF32, MemTag::kActivation);
+  std::memcpy(r.data<float>(), t.data<float>() + t0 * cols, n * cols * sizeof(float));
+  return r;
+}
+
+// ops::linear on the GPU: x as a window of a wider (16-byte aligned) matrix when `strided`.
+Tensor gpu_linear(const Tensor& x, const Tensor& w_dev, const Tensor& y0, DType y_dtype,
+                  bool accumulate, bool strided) {
+  const int64_t T = x.dim(0), K = x.dim(1), pad = strided ? 16 : 0;
+  Tensor xw = random_cpu({T, K + pad}, 77);
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(xw.data<float>() + t * (K + pad) + pad / 2, x.data<float>() + t * K,
+                K * sizeof(float));
+  const Tensor xw_dev = to_gpu(xw);
+  const Tensor x_dev = xw_dev.narrow(1, pad / 2, K);
+  Tensor y_dev = to_gpu(y0, y_dtype);
+  const kernels::Bf16GemvArgs g{.x = x_dev.raw(),
+                                .ldx = x_dev.stride(0),
+                                .w = w_dev.raw(),
+                                .y = y_dev.raw(),
+                                .ldy = y_dev.stride(0),
+                                .y_f32 = y_dtype == DType::kF32,
+                                .accumulate = accumulate,
+                                .N = w_dev.dim(0),
+                                .K = static_cast<int>(K),
+                                .T = static_cast<int>(T)};
+  EXPECT_TRUE(kernels::bf16_gemv_applies(g)) << "T " << T << " N " << g.N << " K " << K;
+  ops::linear(x_dev, w_dev, y_dev, accumulate);
+  return to_cpu(y_dev);
+}
+
+TEST(Bf16GemvCuda, MatchesTheCpuOp) {
+  MLS_REQUIRE_GPU();
+  const SkinnyBf16Linears on(true);
+  uint32_t seed = 1;
+  int cases = 0;
+  for (int64_t K : {8, 6144})
+    for (int64_t N : {1, 256, 1000}) {
+      const Tensor w = round_bf16(random_cpu({N, K}, seed++, 0.05f));
+      const Tensor w_dev = to_gpu(w);
+      for (int64_t T = 1; T <= kernels::kBf16GemvMaxTokens; ++T) {
+        // Output type, accumulation and a strided x in turn.
+        const DType y_dtype = T % 2 ? DType::kF32 : DType::kBF16;
+        const bool accumulate = T % 3 == 0, strided = T % 4 == 1;
+        SCOPED_TRACE(testing::Message()
+                     << "T " << T << " N " << N << " K " << K << " y " << dtype_name(y_dtype)
+                     << " acc " << accumulate << " strided " << strided);
+        const Tensor x = round_bf16(random_cpu({T, K}, seed++));
+        Tensor y0 = random_cpu({T, N}, seed++);
+        if (y_dtype == DType::kBF16) y0 = round_bf16(y0);
+        const Tensor got = gpu_linear(x, w_dev, y0, y_dtype, accumulate, strided);
+        Tensor want = Tensor::empty({T, N}, DType::kF32, MemTag::kActivation);
+        std::memcpy(want.data<float>(), y0.data<float>(), want.nbytes());
+        cpu::linear(x, w, want, accumulate);
+        EXPECT_LE(rel_l2(got, want), y_dtype == DType::kBF16 ? kBf16OutTol : kF32OutTol);
+        ++cases;
+      }
+    }
+  EXPECT_EQ(cases, 48);
+}
+
+TEST(Bf16GemvCuda, ATokensOutputIsTheSameAloneAndInABatch) {
+  MLS_REQUIRE_GPU();
+  const SkinnyBf16Linears on(true);
+  const int64_t T = kernels::kBf16GemvMaxTokens, N = 256, K = 6144;  // the router's shape
+  const Tensor w_dev = to_gpu(round_bf16(random_cpu({N, K}, 3, 0.05f)));
+  const Tensor x = round_bf16(random_cpu({T, K}, 4));
+  for (DType y_dtype : {DType::kF32, DType::kBF16}) {
+    const Tensor batch =
+        gpu_linear(x, w_dev, random_cpu({T, N}, 5), y_dtype, /*accumulate=*/false, false);
+    for (int64_t t = 0; t < T; ++t) {
+      const Tensor alone =
+          gpu_linear(rows_of(x, t, 1), w_dev, random_cpu({1, N}, 6), y_dtype, false, false);
+      // Also as the second token of a pair (t paired with its neighbour).
+      const int64_t t0 = t == 0 ? 0 : t - 1;
+      const Tensor pair =
+          gpu_linear(rows_of(x, t0, 2), w_dev, random_cpu({2, N}, 7), y_dtype, false, true);
+      for (int64_t n = 0; n < N; ++n) {
+        ASSERT_EQ(alone.data<float>()[n], batch.data<float>()[t * N + n]) << "token " << t;
+        ASSERT_EQ(pair.data<float>()[(t - t0) * N + n], batch.data<float>()[t * N + n])
+            << "token " << t;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mls::ops::test

@@ -908,7 +908,7 @@ void ModelRunner::replay(const ForwardBatch& batch, int64_t bucket,
     }
     scope.close();
   });
-  ++graph_replays_;
+  ++(carry_rows ? mtp_graph_replays_ : graph_replays_);
 #else
   (void)batch, (void)bucket, (void)finish, (void)carry_rows;
   raise<InternalError>("no decode graph without the CUDA runtime");

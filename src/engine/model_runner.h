@@ -130,6 +130,7 @@ class ModelRunner {
     return mtp_graph_bucket_for(captured_mtp_, batch);
   }
   int64_t graph_replays() const { return graph_replays_; }
+  int64_t mtp_graph_replays() const { return mtp_graph_replays_; }
   int64_t graph_bytes() const { return graph_bytes_; }
 
   // (Re)allocates the paged KV cache on every rank; each step's block tables are sized to its
@@ -241,7 +242,7 @@ class ModelRunner {
   std::vector<int64_t> pad_buckets_;
   std::string graphs_off_;
   std::vector<int64_t> captured_, captured_mtp_;
-  int64_t graph_replays_ = 0;
+  int64_t graph_replays_ = 0, mtp_graph_replays_ = 0;
   int64_t graph_bytes_ = 0;
 };
 

@@ -240,6 +240,9 @@ void ModelRunner::log_load_summary(double seconds) {
 }
 
 ModelRunner::~ModelRunner() {
+  if (!captured_.empty() || !captured_mtp_.empty())
+    MLS_LOG_INFO("CUDA graphs served {} steps of the model and {} of the MTP layer", graph_replays_,
+                 mtp_graph_replays_);
   try {
     broadcast(RunnerOp::kStop);
   } catch (const std::exception&) {

@@ -40,10 +40,10 @@ class SkinnyBf16Linears {
   bool prev_;
 };
 
-// Device scratch of one call: with an FP8 W, the quantised activations and their scales, unless
-// the GEMM quantises them itself (ops/scratch_sizes.h).
+// Device scratch of one call: with an FP8 W, the quantised activations and their scales
+// (ops/scratch_sizes.h).
 inline ScratchPlan linear_scratch(const Tensor& x, const Tensor& w) {
-  if (w.dtype() != DType::kFP8E4M3 || scratch::fp8_fused_quant_tokens(x.dim(0))) return {};
+  if (w.dtype() != DType::kFP8E4M3) return {};
   return {{{scratch::fp8_act_bytes(x.dim(0), w.dim(1)), DType::kFP8E4M3, MemTag::kWorkspace}}};
 }
 

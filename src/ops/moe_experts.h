@@ -76,9 +76,10 @@ inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor
   moe_experts_fp8_contract(x, offsets, table, s, h, y);
   if (is_meta(y)) {
     if (x.dim(0) > 0)
-      trace_scratch(y, {{{scratch::moe_experts_fp8_bytes(offsets.numel() - 1), DType::kFP8E4M3,
-                          MemTag::kWorkspace},
-                         {}}});
+      trace_scratch(
+          y, {{{scratch::moe_experts_fp8_bytes(x.dim(0), s.hidden, s.inter, offsets.numel() - 1),
+                DType::kFP8E4M3, MemTag::kWorkspace},
+               {}}});
     return;
   }
 #ifdef MLASERVE_CUDA

@@ -111,13 +111,6 @@ constexpr int64_t fp8_act_bytes(int64_t T, int64_t K) {
 constexpr bool fp8_cublaslt_tokens(int64_t T) {
   return T > 32 || (T > 8 && T % 4 == 0);
 }
-// Which token counts run our FP8 kernel with the activation quantisation fused in (no quantiser
-// launch, ~5 us each on the H200, and no scratch). Each CTA quantises its tokens' K range itself,
-// once per 16 output rows: up to one MMA token tile (8) that work hides behind the weight stream;
-// larger batches keep the one quantiser launch. cuBLASLt takes none of these counts.
-constexpr bool fp8_fused_quant_tokens(int64_t T) {
-  return T <= 8;
-}
 
 // --- MoE alignment --------------------------------------------------------------------------
 // One CTA groups small batches in shared memory; larger ones keep per-chunk expert counts.
@@ -150,9 +143,11 @@ constexpr int64_t moe_align_ints(int64_t pairs, int E) {
 // projection from device-side offsets (decode batches up to 256 at top-8); larger steps
 // (prefills) group rows per expert on the host and run each expert's GEMMs.
 inline constexpr int64_t kMoeGroupedMaxPairs = 2048;
-// The active-expert list (E + 1 ints); the expert GEMMs quantise their rows themselves.
-constexpr int64_t moe_experts_fp8_bytes(int64_t E) {
-  return 4 * (E + 1);
+// The pairs' quantised activations (hidden wide), then the SwiGLU output's (intermediate wide),
+// each region 256-byte aligned, then the active-expert list (E + 1 ints).
+constexpr int64_t moe_experts_fp8_bytes(int64_t pairs, int64_t hidden, int64_t inter, int64_t E) {
+  return round_up(fp8_act_bytes(pairs, hidden), 256) + round_up(fp8_act_bytes(pairs, inter), 256) +
+         4 * (E + 1);
 }
 
 // --- sampling -------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <limits>
 
-#include "ops/cuda/fp8_act_quant.cuh"
 #include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/cuda/mma_ptx.cuh"
 
@@ -52,11 +52,18 @@ __global__ void quantize_fp8_act_kernel(const __nv_bfloat16* __restrict__ x, int
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float scale = fp8_group_scale(amax);
+    // An all-zero group gets scale 1 so that q = x / scale stays 0 rather than NaN.
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
     const int64_t k0 = kb * 128 + lane * 4;
-    if (k0 < ldq)
-      *reinterpret_cast<uint32_t*>(q + t * ldq + k0) =
-          fp8_quantize4(v[g][0], v[g][1], v[g][2], v[g][3], scale);
+    if (k0 < ldq) {
+      uint32_t packed = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        packed |=
+            static_cast<uint32_t>(__nv_cvt_float_to_fp8(v[g][i] / scale, __NV_SATFINITE, __NV_E4M3))
+            << (8 * i);
+      *reinterpret_cast<uint32_t*>(q + t * ldq + k0) = packed;
+    }
     if (lane == 0)
       s[t < t_lead ? kb * t_lead + t : KB * t_lead + kb * (T - t_lead) + (t - t_lead)] = scale;
   }
@@ -81,9 +88,6 @@ __global__ void pad_scale_rows_kernel(const float* __restrict__ src, int64_t row
 // not care about K order, so the same lane-to-K permutation on both operands is exact.
 // Warps reduce through shared memory; with split-K the last CTA of a tile (arrival counter) sums
 // the fp32 partials in split order, so results are deterministic.
-// Fused (kFused), the kernel reads the bf16 activations and quantises each token's 128-group
-// itself (fp8_act_quant.cuh: a lane quad holds the group), saving the quantiser's launch; the
-// MMA inputs and scales are those of the two-launch path, so the results are bit for bit equal.
 
 constexpr int kWarps = 8;
 
@@ -114,9 +118,9 @@ __device__ __forceinline__ void store_out(const Fp8GemmArgs& a, int64_t tok, int
   *y = __float2bfloat16(v);
 }
 
-template <int NT, bool kVecW, bool kFused>
+template <int NT, bool kVecW>
 __global__ void __launch_bounds__(kWarps * 32)
-    fp8_gemm_skinny_kernel(const Fp8GemmArgs a, int ksplit, bool xvec) {
+    fp8_gemm_skinny_kernel(const Fp8GemmArgs a, int ksplit) {
   constexpr int kE = NT * 4;  // accumulator registers per lane
   constexpr int kU = 2;       // K blocks in flight per warp
   __shared__ float red[kWarps][kE][32];
@@ -141,15 +145,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     wrow[r] = a.w + (wok[r] ? row : 0) * a.K;
   }
   const uint8_t* xrow[NT];
-  const __nv_bfloat16* xbrow[NT];
   bool xok[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int64_t tok = tok0 + 8 * j + g;
     xok[j] = tok < a.T;
-    const int64_t row = xok[j] ? tok : 0;
-    xrow[j] = kFused ? nullptr : a.xq + row * a.ldq;
-    xbrow[j] = kFused ? static_cast<const __nv_bfloat16*>(a.x) + row * a.ldx : nullptr;
+    xrow[j] = a.xq + (xok[j] ? tok : 0) * a.ldq;
   }
 
   float acc[NT][4];
@@ -161,7 +162,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t kb0 = kb_begin + warp; kb0 < kb_end; kb0 += kWarps * kU) {
     uint4 wv[kU][2][2];  // [u][row g / g + 8][half of the 128-wide block]
     uint4 xv[kU][NT][2];
-    float xsc[kU][NT];  // fused: the scale of this lane's token g, per K block and token tile
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t kb = kb0 + u * kWarps;
@@ -171,23 +171,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t k = kb * 128 + h * 64 + t4 * 16;
 #pragma unroll
         for (int r = 0; r < 2; ++r) wv[u][r][h] = load16<kVecW>(wrow[r], k, a.K, kin && wok[r]);
-        if constexpr (!kFused) {
 #pragma unroll
-          for (int j = 0; j < NT; ++j) xv[u][j][h] = load16<true>(xrow[j], k, a.K, kin && xok[j]);
-        }
-      }
-    }
-    // The weights are in flight from memory while the activations (from L2) are quantised.
-    if constexpr (kFused) {
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t kb = kb0 + u * kWarps;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          uint4 raw[4];
-          load_bf16_quad(xbrow[j], kb, t4, a.K, kb < kb_end && xok[j], xvec, raw);
-          xsc[u][j] = fp8_quantize_quad(raw, xv[u][j]);
-        }
+        for (int j = 0; j < NT; ++j) xv[u][j][h] = load16<true>(xrow[j], k, a.K, kin && xok[j]);
       }
     }
 #pragma unroll
@@ -211,22 +196,13 @@ __global__ void __launch_bounds__(kWarps * 32)
                      word(wv[u][0][h], 2 * s + 1), word(wv[u][1][h], 2 * s + 1),
                      word(xv[u][j][h], 2 * s), word(xv[u][j][h], 2 * s + 1));
       const float ws = __ldg(sw_row + kb);
-      const float* xs = kFused ? nullptr : a.x_scale + kb * a.x_scale_ld;
+      const float* xs = a.x_scale + kb * a.x_scale_ld;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         // C fragment: registers 0, 1 are (row g, tokens 2·t4, 2·t4 + 1), 2, 3 row g + 8.
-        // Fused, tokens 2·t4 and 2·t4 + 1 are g of lanes 8·t4 and 8·t4 + 4.
         const int64_t c0 = tok0 + 8 * j + 2 * t4;
-        float sx0 = 0.0f, sx1 = 0.0f;
-        if constexpr (kFused) {
-          sx0 = __shfl_sync(0xffffffffu, xsc[u][j], 8 * t4);
-          sx1 = __shfl_sync(0xffffffffu, xsc[u][j], 8 * t4 + 4);
-        } else {
-          if (c0 < a.T) sx0 = __ldg(xs + c0);
-          if (c0 + 1 < a.T) sx1 = __ldg(xs + c0 + 1);
-        }
-        const float s0 = c0 < a.T ? sx0 * ws : 0.0f;
-        const float s1 = c0 + 1 < a.T ? sx1 * ws : 0.0f;
+        const float s0 = c0 < a.T ? __ldg(xs + c0) * ws : 0.0f;
+        const float s1 = c0 + 1 < a.T ? __ldg(xs + c0 + 1) * ws : 0.0f;
         acc[j][0] += part[j][0] * s0;
         acc[j][1] += part[j][1] * s1;
         acc[j][2] += part[j][2] * s0;
@@ -289,27 +265,21 @@ cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
   if (groups > std::numeric_limits<int>::max() || row_tiles > 65535) return cudaErrorInvalidValue;
   const int64_t tiles = groups * row_tiles;
   const int64_t KB = (a.K + 127) / 128;
-  // Split K while every CTA still fits one wave of two per SM, keeping >= kWarps K blocks per
-  // CTA. The CTAs do equal work, so a split that spills into a second wave costs a whole
-  // CTA's time for the tail: rounding the split up made q_a (2048 x 6144: 128 tiles) 384 CTAs
-  // in 1.45 waves of 16 K blocks (2 x 16) where 2 splits run 256 CTAs of 24 (1 x 24), and a
-  // 256-tile weight 512 CTAs in 1.94 waves (2 x KB / 2) where unsplit it needs no partials.
+  // Split K until about two CTAs per SM are in flight, keeping >= kWarps K blocks per CTA.
   const int64_t target = 2LL * a.num_sms;
   int64_t ksplit = 1;
   if (tiles < target && tiles <= a.num_counters)
-    ksplit = std::min<int64_t>({target / tiles, std::max<int64_t>(1, KB / kWarps), 16});
+    ksplit =
+        std::min<int64_t>({(target + tiles - 1) / tiles, std::max<int64_t>(1, KB / kWarps), 16});
   while (ksplit > 1 && static_cast<size_t>(ksplit * a.T * a.N) * sizeof(float) > a.partial_bytes)
     --ksplit;
   const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(row_tiles),
                   static_cast<unsigned>(ksplit));
   const bool vec = a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
-  const bool xvec = a.K % 16 == 0 && a.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  const auto kernel =
-      a.x != nullptr
-          ? (vec ? fp8_gemm_skinny_kernel<NT, true, true> : fp8_gemm_skinny_kernel<NT, false, true>)
-          : (vec ? fp8_gemm_skinny_kernel<NT, true, false>
-                 : fp8_gemm_skinny_kernel<NT, false, false>);
-  kernel<<<grid, kWarps * 32, 0, stream>>>(a, ksplit, xvec);
+  if (vec)
+    fp8_gemm_skinny_kernel<NT, true><<<grid, kWarps * 32, 0, stream>>>(a, ksplit);
+  else
+    fp8_gemm_skinny_kernel<NT, false><<<grid, kWarps * 32, 0, stream>>>(a, ksplit);
   return cudaGetLastError();
 }
 

@@ -25,18 +25,14 @@ cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, 
 
 // y[t, n] (+)= Σ_kb sx[t, kb] · sw[n/128, kb] · Σ_{k in block kb} xq[t, k] · w[n, k], all in fp32,
 // bf16 out. w: e4m3 [N, K] contiguous; sw: f32 [ceil(N/128), ceil(K/128)] contiguous (the
-// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (x_scale at x_scale_ld),
-// or, fused, x: the bf16 activations [T, ldx], which the kernel quantises itself with the
-// quantiser's arithmetic (bit for bit the same y; xq and x_scale unused).
+// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (x_scale at x_scale_ld).
 struct Fp8GemmArgs {
   const uint8_t* w;
   const float* w_scale;
-  const void* x = nullptr;  // bf16
-  int64_t ldx = 0;
-  const uint8_t* xq = nullptr;
-  int64_t ldq = 0;
-  const float* x_scale = nullptr;
-  int64_t x_scale_ld = 0;
+  const uint8_t* xq;
+  int64_t ldq;
+  const float* x_scale;
+  int64_t x_scale_ld;
   void* y;  // bf16
   int64_t ldy;
   int64_t N, K, T;

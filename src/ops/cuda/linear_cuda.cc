@@ -41,27 +41,6 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
   const int64_t KB = (K + 127) / 128, ldq = scratch::round_up(K, 16);
   const cudaStream_t stream = mls::cuda::stream();
-  const GemmScratch scratch = gemm_scratch();
-  const int64_t ldy = lead(y, T, N);
-  kernels::Fp8GemmArgs a{.w = w.data<uint8_t>(),
-                         .w_scale = scale.data<float>(),
-                         .y = y.raw(),
-                         .ldy = ldy,
-                         .N = N,
-                         .K = K,
-                         .T = T,
-                         .accumulate = accumulate,
-                         .partial = scratch.partial,
-                         .partial_bytes = scratch.partial_bytes,
-                         .counters = scratch.counters,
-                         .num_counters = scratch.num_counters,
-                         .num_sms = scratch.num_sms};
-  if (scratch::fp8_fused_quant_tokens(T)) {  // no scratch: ops::linear_scratch
-    a.x = x.raw();
-    a.ldx = lead(x, T, K);
-    mls::cuda::check(kernels::launch_fp8_gemm_skinny(a, stream), "linear: FP8 GEMM");
-    return;
-  }
   Allocator& alloc = mls::cuda::allocator();
   // The scratch of ops::linear_scratch. The quantised activations and their scales share one
   // allocation (the scales 16-byte aligned after the e4m3 rows, whose stride is a multiple of
@@ -107,12 +86,26 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
       "linear: FP8 activation quantisation");
   if (t_lead > 0) lt_linear(p);
   if (t_lead == T) return;
-  a.xq = q + t_lead * ldq;
-  a.ldq = ldq;
-  a.x_scale = xs + KB * t_lead;
-  a.x_scale_ld = T - t_lead;
-  a.y = static_cast<char*>(y.raw()) + t_lead * ldy * static_cast<int64_t>(sizeof(uint16_t));
-  a.T = T - t_lead;
+  const GemmScratch scratch = gemm_scratch();
+  const int64_t ldy = lead(y, T, N);
+  const kernels::Fp8GemmArgs a{
+      .w = w.data<uint8_t>(),
+      .w_scale = scale.data<float>(),
+      .xq = q + t_lead * ldq,
+      .ldq = ldq,
+      .x_scale = xs + KB * t_lead,
+      .x_scale_ld = T - t_lead,
+      .y = static_cast<char*>(y.raw()) + t_lead * ldy * static_cast<int64_t>(sizeof(uint16_t)),
+      .ldy = ldy,
+      .N = N,
+      .K = K,
+      .T = T - t_lead,
+      .accumulate = accumulate,
+      .partial = scratch.partial,
+      .partial_bytes = scratch.partial_bytes,
+      .counters = scratch.counters,
+      .num_counters = scratch.num_counters,
+      .num_sms = scratch.num_sms};
   mls::cuda::check(kernels::launch_fp8_gemm_skinny(a, stream), "linear: FP8 GEMM");
 }
 

@@ -1,22 +1,17 @@
 // The CUDA MoE routing ops against the CPU ops: routing (ids as sets, weights per expert),
 // the expert grouping (bitwise), the weighted un-permutation, and the whole path
 // route → align → gather → identity experts → unpermute; the grouped FP8 experts against a host
-// emulation, their batch invariance, and their fused activation quantisation against the
-// two-launch path (bitwise).
+// emulation, and their batch invariance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
 
-#include "core/cuda_context.h"
 #include "ops/copy.h"
-#include "ops/cuda/fp8_quant_kernels.h"
-#include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/test_util.h"
 #include "ops/moe_experts.h"
 #include "ops/moe_routing.h"
@@ -517,128 +512,6 @@ TEST(MoeCuda, GroupedFp8ExpertsAreBatchInvariant) {
       for (int64_t n = 0; n < H; ++n)
         ASSERT_EQ(all.y.data<float>()[rb * H + n], one.y.data<float>()[r1 * H + n])
             << "token " << t << " slot " << i << " column " << n;
-    }
-  }
-}
-
-// The grouped expert GEMMs quantise their rows themselves (fused, as moe_experts_fp8 runs them):
-// against the two-launch path (launch_quantize_fp8_act, then the GEMM on its e4m3 rows) the
-// SwiGLU outputs h and the expert outputs y are the same bits, and so are the op's. Widths with
-// and without a partial last 128-block; rows contiguous (16-byte loads) and at a stride of
-// H + 4 values (scalar loads); expert 0 takes every token (several 8-row tiles), the last none.
-TEST(MoeCuda, GroupedFp8FusedQuantisationIsBitwiseTheTwoLaunchPath) {
-  MLS_REQUIRE_GPU();
-  namespace kn = cuda::kernels;
-  const cudaStream_t stream = ::mls::cuda::stream();
-  struct Case {
-    int64_t E, H, I, T, K, pad;
-  };
-  uint32_t seed = 1300;
-  for (const Case c : {Case{12, 400, 208, 23, 3, 0}, Case{12, 400, 208, 23, 3, 4},
-                       Case{16, 2048, 768, 9, 8, 0}, Case{16, 2048, 768, 9, 8, 4}}) {
-    SCOPED_TRACE(testing::Message() << "E " << c.E << " H " << c.H << " I " << c.I << " T " << c.T
-                                    << " K " << c.K << " pad " << c.pad);
-    const int64_t E = c.E, H = c.H, I = c.I, R = c.T * c.K;
-    const Fp8Experts ex = make_experts(E, H, I, seed);
-    seed += 100;
-    Tensor ids_host = cpu_empty({c.T, c.K}, DType::kI32);
-    std::mt19937 g(seed++);
-    for (int64_t t = 0; t < c.T; ++t) {
-      std::vector<int32_t> rest(static_cast<size_t>(E - 2));
-      for (size_t i = 0; i < rest.size(); ++i) rest[i] = static_cast<int32_t>(i + 1);
-      std::shuffle(rest.begin(), rest.end(), g);
-      ids_host.data<int32_t>()[t * c.K] = 0;
-      for (int64_t i = 1; i < c.K; ++i) ids_host.data<int32_t>()[t * c.K + i] = rest[i - 1];
-    }
-    Tensor src = gpu_empty({R}, DType::kI32), dest = gpu_empty({c.T, c.K}, DType::kI32);
-    Tensor off = gpu_empty({E + 1}, DType::kI32);
-    moe_align(to_gpu(ids_host, DType::kI32), E, src, dest, off);
-    Tensor xh = random_cpu({R, H + c.pad}, seed++);
-    for (int64_t k = 0; k < 128; ++k) xh.data<float>()[k] = 0.0f;  // a group of scale 1
-    xh.data<float>()[(H + c.pad) + H / 2] = 300.0f;                // and one outlier
-    const Tensor x_dev = to_gpu(xh).narrow(1, 0, H);
-    const int64_t ldx = H + c.pad;
-
-    // The two-launch path.
-    const int64_t ldxq = scratch::round_up(H, 16), ldhq = scratch::round_up(I, 16);
-    Tensor xq = Tensor::empty({scratch::fp8_act_bytes(R, H)}, DType::kFP8E4M3, MemTag::kWorkspace,
-                              test::gpu());
-    Tensor hq = Tensor::empty({scratch::fp8_act_bytes(R, I)}, DType::kFP8E4M3, MemTag::kWorkspace,
-                              test::gpu());
-    Tensor active = gpu_empty({E + 1}, DType::kI32);
-    Tensor h_two = gpu_empty({R, I}, DType::kBF16), y_two = gpu_empty({R, H}, DType::kBF16);
-    Tensor h_fused = gpu_empty({R, I}, DType::kBF16), y_fused = gpu_empty({R, H}, DType::kBF16);
-    auto* xs = reinterpret_cast<float*>(xq.data<uint8_t>() + R * ldxq);
-    auto* hs = reinterpret_cast<float*>(hq.data<uint8_t>() + R * ldhq);
-    const auto* addr = reinterpret_cast<const uint64_t*>(ex.table.data<int64_t>());
-    ASSERT_EQ(kn::launch_moe_active_experts(off.data<int32_t>(), static_cast<int>(E),
-                                            active.data<int32_t>(), stream),
-              cudaSuccess);
-    kn::MoeFp8GemmArgs up{.w1 = addr + kGate * E,
-                          .s1 = addr + kGateScale * E,
-                          .w2 = addr + kUp * E,
-                          .s2 = addr + kUpScale * E,
-                          .sw_ld = (H + 127) / 128,
-                          .xq = xq.data<uint8_t>(),
-                          .ldq = ldxq,
-                          .x_scale = xs,
-                          .x_scale_ld = R,
-                          .offsets = off.data<int32_t>(),
-                          .active = active.data<int32_t>(),
-                          .max_active = static_cast<int>(std::min(E, R)),
-                          .y = h_two.raw(),
-                          .ldy = I,
-                          .N = I,
-                          .K = H,
-                          .gated = true};
-    kn::MoeFp8GemmArgs down = up;
-    down.w1 = addr + kDown * E;
-    down.s1 = addr + kDownScale * E;
-    down.w2 = down.s2 = nullptr;
-    down.sw_ld = (I + 127) / 128;
-    down.xq = hq.data<uint8_t>();
-    down.ldq = ldhq;
-    down.x_scale = hs;
-    down.y = y_two.raw();
-    down.ldy = H;
-    down.N = H;
-    down.K = I;
-    down.gated = false;
-    ASSERT_EQ(kn::launch_quantize_fp8_act(x_dev.raw(), ldx, R, H, ldxq, R, xq.data<uint8_t>(), xs,
-                                          stream),
-              cudaSuccess);
-    ASSERT_EQ(kn::launch_moe_fp8_gemm(up, stream), cudaSuccess);
-    ASSERT_EQ(
-        kn::launch_quantize_fp8_act(h_two.raw(), I, R, I, ldhq, R, hq.data<uint8_t>(), hs, stream),
-        cudaSuccess);
-    ASSERT_EQ(kn::launch_moe_fp8_gemm(down, stream), cudaSuccess);
-
-    // Fused: the GEMMs read x and h.
-    up.x = x_dev.raw();
-    up.ldx = ldx;
-    up.xq = nullptr;
-    up.x_scale = nullptr;
-    up.y = h_fused.raw();
-    down.x = h_fused.raw();
-    down.ldx = I;
-    down.xq = nullptr;
-    down.x_scale = nullptr;
-    down.y = y_fused.raw();
-    ASSERT_EQ(kn::launch_moe_fp8_gemm(up, stream), cudaSuccess);
-    ASSERT_EQ(kn::launch_moe_fp8_gemm(down, stream), cudaSuccess);
-
-    const Tensor h1 = to_cpu(h_two), h2 = to_cpu(h_fused), y1 = to_cpu(y_two), y2 = to_cpu(y_fused);
-    ASSERT_EQ(std::memcmp(h1.raw(), h2.raw(), h1.nbytes()), 0);
-    ASSERT_EQ(std::memcmp(y1.raw(), y2.raw(), y1.nbytes()), 0);
-    if (c.pad == 0) {
-      Tensor h_op = gpu_empty({R, I}, DType::kBF16), y_op = gpu_empty({R, H}, DType::kBF16);
-      const ExpertShapes s{.hidden = H,
-                           .inter = I,
-                           .gate_up_scale_ld = (H + 127) / 128,
-                           .down_scale_ld = (I + 127) / 128};
-      moe_experts_fp8(x_dev, off, ex.table, s, h_op, y_op);
-      const Tensor y3 = to_cpu(y_op);
-      ASSERT_EQ(std::memcmp(y1.raw(), y3.raw(), y1.nbytes()), 0);
     }
   }
 }

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "core/cuda_context.h"
+#include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/moe_experts.h"
@@ -16,11 +17,17 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
                        kernels::kMoeMaxExperts);
   if (R == 0) return;
   const cudaStream_t stream = mls::cuda::stream();
-  // The scratch of scratch::moe_experts_fp8_bytes: the active-expert list. Both GEMMs quantise
-  // their rows themselves (fused), so no quantised copy of x or h is kept.
-  Tensor buf = Tensor::empty({scratch::moe_experts_fp8_bytes(E)}, DType::kFP8E4M3,
+  // The scratch of scratch::moe_experts_fp8_bytes, in its order.
+  Tensor buf = Tensor::empty({scratch::moe_experts_fp8_bytes(R, H, I, E)}, DType::kFP8E4M3,
                              MemTag::kWorkspace, mls::cuda::allocator());
-  auto* active = reinterpret_cast<int32_t*>(buf.data<uint8_t>());
+  uint8_t* base = buf.data<uint8_t>();
+  const int64_t ldx = scratch::round_up(H, 16), ldh = scratch::round_up(I, 16);
+  uint8_t* xq = base;
+  float* xs = reinterpret_cast<float*>(xq + R * ldx);
+  uint8_t* hq = base + scratch::round_up(scratch::fp8_act_bytes(R, H), 256);
+  float* hs = reinterpret_cast<float*>(hq + R * ldh);
+  auto* active =
+      reinterpret_cast<int32_t*>(hq + scratch::round_up(scratch::fp8_act_bytes(R, I), 256));
   const auto* rows = table.data<int64_t>();
   const auto* addr = reinterpret_cast<const uint64_t*>(rows);
   const int max_active = static_cast<int>(std::min<int64_t>(E, R));
@@ -28,13 +35,18 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
   mls::cuda::check(kernels::launch_moe_active_experts(offsets.data<int32_t>(), static_cast<int>(E),
                                                       active, stream),
                    "moe_experts_fp8: active experts");
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(x.raw(), x.stride(0), R, H, ldx, R, xq, xs, stream),
+      "moe_experts_fp8: quantise rows");
   kernels::MoeFp8GemmArgs a{.w1 = addr + kGate * E,
                             .s1 = addr + kGateScale * E,
                             .w2 = addr + kUp * E,
                             .s2 = addr + kUpScale * E,
                             .sw_ld = s.gate_up_scale_ld,
-                            .x = x.raw(),
-                            .ldx = x.stride(0),
+                            .xq = xq,
+                            .ldq = ldx,
+                            .x_scale = xs,
+                            .x_scale_ld = R,
                             .offsets = offsets.data<int32_t>(),
                             .active = active,
                             .max_active = max_active,
@@ -44,13 +56,17 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
                             .K = H,
                             .gated = true};
   mls::cuda::check(kernels::launch_moe_fp8_gemm(a, stream), "moe_experts_fp8: gate and up");
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(h.raw(), h.stride(0), R, I, ldh, R, hq, hs, stream),
+      "moe_experts_fp8: quantise SwiGLU outputs");
   a.w1 = addr + kDown * E;
   a.s1 = addr + kDownScale * E;
   a.w2 = nullptr;
   a.s2 = nullptr;
   a.sw_ld = s.down_scale_ld;
-  a.x = h.raw();
-  a.ldx = h.stride(0);
+  a.xq = hq;
+  a.ldq = ldh;
+  a.x_scale = hs;
   a.y = y.raw();
   a.ldy = y.stride(0);
   a.N = H;

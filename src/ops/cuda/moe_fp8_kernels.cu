@@ -2,7 +2,6 @@
 
 #include <limits>
 
-#include "ops/cuda/fp8_act_quant.cuh"
 #include "ops/cuda/mma_ptx.cuh"
 #include "ops/cuda/moe_fp8_kernels.h"
 
@@ -37,8 +36,6 @@ __global__ void moe_active_experts_kernel(const int32_t* __restrict__ offsets, i
 // A, rows as B), each block's fp32 partial scaled by sw · sx (DeepSeek's promotion per 128 K),
 // the warps summed in warp order through shared memory. Gated, the CTA computes gate and up
 // rows together and stores silu(gate) · up. No split-K: a row's sums never depend on the grid.
-// Fused (kFused), the CTA reads the rows' bf16 values and quantises each 128-group itself
-// (fp8_act_quant.cuh), bit for bit as launch_quantize_fp8_act would, saving that launch.
 
 constexpr int kWarps = 8;
 constexpr int kU = 2;  // K blocks in flight per warp
@@ -53,11 +50,8 @@ __device__ __forceinline__ uint4 load16(const uint8_t* row, int64_t k, int64_t K
   return __ldg(reinterpret_cast<const uint4*>(row + k));
 }
 
-// Two CTAs per SM keep enough weight bytes in flight; fused and gated, that caps the registers
-// below what the quantiser would take (a few spill, 68 bytes a thread on sm_90a).
-template <bool kGated, bool kFused>
-__global__ void __launch_bounds__(kWarps * 32, 2)
-    moe_fp8_gemm_kernel(const MoeFp8GemmArgs a, bool xvec) {
+template <bool kGated>
+__global__ void __launch_bounds__(kWarps * 32) moe_fp8_gemm_kernel(const MoeFp8GemmArgs a) {
   constexpr int kM = kGated ? 2 : 1;  // weight matrices
   __shared__ float red[kWarps][kM * 4][32];
 
@@ -86,9 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   for (int64_t tok0 = r_begin; tok0 < r_end; tok0 += 8) {
     const int64_t tok = tok0 + g;
     const bool xok = tok < r_end;
-    const uint8_t* xrow = kFused ? nullptr : a.xq + (xok ? tok : 0) * a.ldq;
-    const __nv_bfloat16* xbrow =
-        kFused ? static_cast<const __nv_bfloat16*>(a.x) + (xok ? tok : 0) * a.ldx : nullptr;
+    const uint8_t* xrow = a.xq + (xok ? tok : 0) * a.ldq;
     float acc[kM][4];
 #pragma unroll
     for (int m = 0; m < kM; ++m)
@@ -98,7 +90,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     for (int64_t kb0 = warp; kb0 < KB; kb0 += kWarps * kU) {
       uint4 wv[kU][kM][2][2];  // [u][matrix][row g / g + 8][half of the 128-wide block]
       uint4 xv[kU][2];
-      float xsc[kU];  // fused: the scale of this lane's row g, per K block
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t kb = kb0 + u * kWarps;
@@ -110,17 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           for (int m = 0; m < kM; ++m)
 #pragma unroll
             for (int r = 0; r < 2; ++r) wv[u][m][r][h] = load16(wrow[m][r], k, a.K, kin && wok[r]);
-          if constexpr (!kFused) xv[u][h] = load16(xrow, k, a.K, kin && xok);
-        }
-      }
-      // The weights are in flight from memory while the rows (from L2) are quantised.
-      if constexpr (kFused) {
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int64_t kb = kb0 + u * kWarps;
-          uint4 raw[4];
-          load_bf16_quad(xbrow, kb, t4, a.K, kb < KB && xok, xvec, raw);
-          xsc[u] = fp8_quantize_quad(raw, xv[u]);
+          xv[u][h] = load16(xrow, k, a.K, kin && xok);
         }
       }
 #pragma unroll
@@ -128,19 +109,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         const int64_t kb = kb0 + u * kWarps;
         if (kb >= KB) break;
         // C fragment: registers 0, 1 are (row g, tokens 2·t4, 2·t4 + 1), 2, 3 row g + 8.
-        // Fused, rows 2·t4 and 2·t4 + 1 are g of lanes 8·t4 and 8·t4 + 4.
         const int64_t c0 = tok0 + 2 * t4;
-        float sx0 = 0.0f, sx1 = 0.0f;
-        if constexpr (kFused) {
-          const float f0 = __shfl_sync(0xffffffffu, xsc[u], 8 * t4);
-          const float f1 = __shfl_sync(0xffffffffu, xsc[u], 8 * t4 + 4);
-          if (c0 < r_end) sx0 = f0;
-          if (c0 + 1 < r_end) sx1 = f1;
-        } else {
-          const float* xs = a.x_scale + kb * a.x_scale_ld;
-          if (c0 < r_end) sx0 = __ldg(xs + c0);
-          if (c0 + 1 < r_end) sx1 = __ldg(xs + c0 + 1);
-        }
+        const float* xs = a.x_scale + kb * a.x_scale_ld;
+        const float sx0 = c0 < r_end ? __ldg(xs + c0) : 0.0f;
+        const float sx1 = c0 + 1 < r_end ? __ldg(xs + c0 + 1) : 0.0f;
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
           float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -202,12 +174,10 @@ cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream) {
   if (row_tiles > std::numeric_limits<int>::max() || a.max_active > 65535 || a.K % 16 != 0)
     return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.max_active));
-  const bool xvec = a.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  const bool fused = a.x != nullptr;
-  const auto kernel =
-      a.gated ? (fused ? moe_fp8_gemm_kernel<true, true> : moe_fp8_gemm_kernel<true, false>)
-              : (fused ? moe_fp8_gemm_kernel<false, true> : moe_fp8_gemm_kernel<false, false>);
-  kernel<<<grid, kWarps * 32, 0, stream>>>(a, xvec);
+  if (a.gated)
+    moe_fp8_gemm_kernel<true><<<grid, kWarps * 32, 0, stream>>>(a);
+  else
+    moe_fp8_gemm_kernel<false><<<grid, kWarps * 32, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

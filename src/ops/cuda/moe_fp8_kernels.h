@@ -20,22 +20,18 @@ cudaError_t launch_moe_active_experts(const int32_t* offsets, int E, int32_t* ac
 //   gated:  silu(the same with w1_e) · (the same with w2_e)   (SwiGLU: w1 gate, w2 up)
 // fp32 throughout, bf16 out. w*_e: e4m3 [N, K] contiguous at the address table[e]; s*_e: f32
 // block scales [ceil(N/128), ·] with row stride sw_ld. xq/x_scale as written by
-// launch_quantize_fp8_act with t_lead = the number of rows (x_scale[kb · x_scale_ld + r]), or,
-// fused, x: the rows in bf16 [rows, ldx], which the kernel quantises itself with the quantiser's
-// arithmetic (bit for bit the same y; xq and x_scale unused). A row's result depends on that row
-// alone (batch invariant).
+// launch_quantize_fp8_act with t_lead = the number of rows (x_scale[kb · x_scale_ld + r]).
+// A row's result depends on that row alone (batch invariant).
 struct MoeFp8GemmArgs {
   const uint64_t* w1;
   const uint64_t* s1;
   const uint64_t* w2;  // gated only
   const uint64_t* s2;
   int64_t sw_ld;
-  const void* x = nullptr;  // bf16
-  int64_t ldx = 0;
-  const uint8_t* xq = nullptr;
-  int64_t ldq = 0;
-  const float* x_scale = nullptr;
-  int64_t x_scale_ld = 0;
+  const uint8_t* xq;
+  int64_t ldq;
+  const float* x_scale;
+  int64_t x_scale_ld;
   const int32_t* offsets;
   const int32_t* active;  // from launch_moe_active_experts
   int max_active;         // host bound on active[0]: min(E, rows)

@@ -450,8 +450,8 @@ void Engine::sample_row(Sequence& seq, const float* logits, std::span<const uint
     emit(n > 1 ? *rs.seqs[i] : seq, drawn_[i], want_lp ? &logprobs_[i] : nullptr);
 }
 
-bool Engine::drafts_for(const Sequence& seq) const {
-  return spec_k_ > 0 && seq.request->req.params.prompt_logprobs < 0;
+bool Engine::drafts_for(const Sequence&) const {
+  return spec_k_ > 0;
 }
 
 SpeculativeSequence Engine::speculative_view(const Sequence& seq) const {

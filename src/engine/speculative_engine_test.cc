@@ -66,6 +66,7 @@ struct Outcome {
   // Per request, per sample index: its tokens and their logprobs (logprobs requests).
   std::vector<std::vector<std::vector<int32_t>>> samples;
   std::vector<std::vector<std::vector<Logprobs>>> logprobs;
+  std::vector<std::vector<Logprobs>> prompt_logprobs;  // per request (prompt_logprobs requests)
   EngineStats stats;
 };
 
@@ -80,6 +81,7 @@ Outcome run(ModelRunner& r, const std::vector<Job>& jobs, int64_t k, const Pool&
   out.tokens.resize(jobs.size());
   out.samples.resize(jobs.size());
   out.logprobs.resize(jobs.size());
+  out.prompt_logprobs.resize(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     out.samples[i].resize(static_cast<size_t>(jobs[i].params.n));
     out.logprobs[i].resize(static_cast<size_t>(jobs[i].params.n));
@@ -93,6 +95,7 @@ Outcome run(ModelRunner& r, const std::vector<Job>& jobs, int64_t k, const Pool&
                               out.tokens[i].push_back(ev.token_id);
                               out.samples[i][s].push_back(ev.token_id);
                               if (ev.logprobs) out.logprobs[i][s].push_back(*ev.logprobs);
+                              if (ev.prompt_logprobs) out.prompt_logprobs[i] = *ev.prompt_logprobs;
                               return Verdict::kContinue;
                             },
                         .constraint = nullptr});
@@ -330,8 +333,8 @@ TEST(SpeculativeEngine, SampledOutputFollowsTheTarget) {
   EXPECT_GT(testing::chi_square_p_value(counts, expected), 1e-4);
 }
 
-// Requests of every kind in one batch keep their outputs: a prompt logprobs request (which
-// decodes plainly), a logprobs one and an n = 2 one (which draft) beside plain drafting ones.
+// Requests of every kind in one batch keep their outputs: a prompt logprobs request, a
+// logprobs one and an n = 2 one beside plain ones, all drafting.
 TEST(SpeculativeEngine, MixedRequestsKeepTheirOutputsBesideDraftingOnes) {
   ModelRunner& r = *mtp_model("tiny-dsv3").runner;
   auto jobs = mixed_jobs(21);
@@ -405,6 +408,47 @@ TEST(SpeculativeEngine, LogprobsRequestsDraftAndReportPlainLogprobs) {
         fixture, static_cast<long long>(inexact), static_cast<long long>(values),
         static_cast<double>(largest));
   }
+}
+
+// Prompt logprobs requests (prompt_logprobs 0 and 3) draft: with k = 1..3, drafts forced
+// mostly right, whole, chunked (budget 7: the prompt is scored over several steps) and preempted
+// (the recompute scores nothing twice), the tokens and the prompt's logprobs equal plain
+// decoding's.
+TEST(SpeculativeEngine, PromptLogprobsRequestsDraftAndScoreThePromptAsPlain) {
+  ModelRunner& r = *mtp_model("tiny-dsv32").runner;
+  auto jobs = mixed_jobs(71);
+  for (size_t i = 0; i < jobs.size(); ++i) jobs[i].params.prompt_logprobs = i % 2 == 0 ? 0 : 3;
+  const Outcome plain = run(r, jobs, 0);
+  EngineConfig chunked;
+  chunked.limits.max_num_batched_tokens = 7;
+  EngineConfig tight;
+  tight.limits.max_num_batched_tokens = 64;
+  int64_t inexact = 0;
+  float largest = 0;
+  for (int64_t k = 1; k <= 3; ++k) {
+    SCOPED_TRACE(k);
+    const auto forced = forced_drafts(jobs, plain.tokens, 4);
+    const Outcome whole = run(r, jobs, k, {}, {}, forced);
+    const Outcome parts = run(r, jobs, k, {}, chunked, forced);
+    const Outcome preempted = run(r, jobs, k, {16, 15}, tight, forced);
+    EXPECT_GT(preempted.stats.num_preemptions, 0);
+    for (const Outcome* spec : {&whole, &parts, &preempted}) {
+      EXPECT_EQ(spec->samples, plain.samples);
+      EXPECT_GT(spec->stats.spec.num_accepted_tokens, 0);
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        const std::vector<Logprobs>& got = spec->prompt_logprobs[i];
+        const std::vector<Logprobs>& want = plain.prompt_logprobs[i];
+        ASSERT_EQ(want.size(), jobs[i].prompt.size() - 1);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t t = 0; t < got.size(); ++t)
+          expect_logprobs_near(got[t], want[t], 1e-5f, inexact, largest);
+      }
+    }
+  }
+  std::printf(
+      "prompt logprobs: %lld not bitwise equal to plain decoding's, largest difference "
+      "%.3g\n",
+      static_cast<long long>(inexact), static_cast<double>(largest));
 }
 
 // n = 3 greedy: every sample drafts once the first draw has forked the request and equals plain

@@ -472,7 +472,8 @@ TEST(SpeculativeEngine, GreedySamplesOfOneRequestEqualPlain) {
 }
 
 // n = 3 sampled (temperature 1, seeded): a seed repeats its output, the samples of a request are
-// not all equal, and every sample's first two tokens fit the target's joint distribution
+// not all equal, two samples with the same first token go on independently, and every sample's
+// first two tokens fit the target's joint distribution
 // (chi-square p-value > 1e-4 over 150 requests of 3 samples, top_k 3, k = 2; even seeds with
 // the parent's second-token draft forced to the target's greedy one).
 TEST(SpeculativeEngine, SampledSamplesOfOneRequestAreIndependentAndFollowTheTarget) {
@@ -509,6 +510,17 @@ TEST(SpeculativeEngine, SampledSamplesOfOneRequestAreIndependentAndFollowTheTarg
   const Outcome got = run(r, fit, 2, {16, 2048}, {}, forced);
   EXPECT_GT(got.stats.spec.num_accepted_tokens, 0);
   EXPECT_LT(got.stats.spec.num_accepted_tokens, got.stats.spec.num_draft_tokens);
+  // Samples 1 and 2 of a request that drew the same first token have the same history: their
+  // second tokens differ only if their streams do (streams shared between samples would repeat
+  // the draw).
+  int64_t same_first = 0, same_second = 0;
+  for (const auto& request : got.samples)
+    if (request[1][0] == request[2][0]) {
+      ++same_first;
+      same_second += request[1][1] == request[2][1];
+    }
+  EXPECT_GT(same_first, 10);
+  EXPECT_LT(same_second, same_first);
   const int64_t vocab = r.config().vocab_size;
   const auto cell = [&](int32_t t0, int32_t t1) { return static_cast<size_t>(t0 * vocab + t1); };
   std::vector<int64_t> counts(static_cast<size_t>(vocab * vocab), 0);

@@ -274,7 +274,7 @@ bool Engine::step() {
           const float* row = logits.data<float>() + sample_rows_[r] * vocab_;
           if (masked_ && mask_failed_[r])
             finish(*sampled_[r], FinishReason::kAbort, true);
-          else if (drafts_for(*sampled_[r]))
+          else if (drafts_for(*sampled_[r]) && !first_draw_forks(*sampled_[r]))
             accept(*sampled_[r], row, r);
           else
             sample_row(*sampled_[r], row, mask_row(r));
@@ -345,7 +345,12 @@ bool Engine::samples_on_device(const Sequence& seq) const {
   return p.repetition_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0 &&
          p.logprobs < 0 && !(seq.num_output() < p.min_tokens && !rs.stop_ids.empty()) &&
          p.logit_bias.empty() && p.allowed_token_ids.empty() && p.bad_words_token_ids.empty() &&
-         !(rs.seqs.size() == 1 && p.n > 1);
+         !first_draw_forks(seq);
+}
+
+bool Engine::first_draw_forks(const Sequence& seq) const {
+  const RequestState& rs = *seq.request;
+  return rs.seqs.size() == 1 && rs.req.params.n > 1;
 }
 
 // Rows of a prompt-scoring chunk: row j (position num_cached + j) gives the distribution of
@@ -430,7 +435,7 @@ void Engine::sample_row(Sequence& seq, const float* logits, std::span<const uint
   RequestState& rs = *seq.request;
   const SamplingParams& p = rs.req.params;
   // The first sampling of an n > 1 request draws every sample from the prompt's logits.
-  const int n = rs.seqs.size() == 1 && p.n > 1 ? p.n : 1;
+  const int n = first_draw_forks(seq) ? p.n : 1;
   const bool want_lp = p.logprobs >= 0;
   drawn_.resize(n);
   logprobs_.resize(n);
@@ -445,15 +450,15 @@ void Engine::sample_row(Sequence& seq, const float* logits, std::span<const uint
     emit(n > 1 ? *rs.seqs[i] : seq, drawn_[i], want_lp ? &logprobs_[i] : nullptr);
 }
 
-bool Engine::drafts_for(const Sequence& seq) const {
-  const SamplingParams& p = seq.request->req.params;
-  return spec_k_ > 0 && p.n == 1 && p.logprobs < 0 && p.prompt_logprobs < 0;
+bool Engine::drafts_for(const Sequence&) const {
+  return spec_k_ > 0;
 }
 
 SpeculativeSequence Engine::speculative_view(const Sequence& seq) const {
   const RequestState& rs = *seq.request;
   return {.params = &rs.req.params,
           .seed = rs.seed,
+          .sample_index = seq.sample_index,
           .stop_ids = rs.stop_ids,
           .prompt_len = seq.prompt_len,
           .vocab = vocab_};
@@ -508,7 +513,7 @@ void Engine::verify_on_device() {
 void Engine::accept_drawn(Sequence& seq, std::span<const int32_t> ids) {
   const DraftRound round = std::move(seq.drafts);
   seq.drafts.clear();
-  commit_round(seq, round, accept_greedy_round(ids, round, spec_stats_));
+  commit_round(seq, round, accept_greedy_round(ids, round, spec_stats_), nullptr);
 }
 
 void Engine::accept(Sequence& seq, const float* logits, size_t mask_row_index) {
@@ -522,18 +527,30 @@ void Engine::accept(Sequence& seq, const float* logits, size_t mask_row_index) {
   }
   commit_round(
       seq, round,
-      accept_round(sampler_, speculative_view(seq), logits, seq.tokens, round, spec_stats_));
+      accept_round(sampler_, speculative_view(seq), logits, seq.tokens, round, spec_stats_),
+      logits);
 }
 
-void Engine::commit_round(Sequence& seq, const DraftRound& round, const RejectionOutcome& o) {
+void Engine::commit_round(Sequence& seq, const DraftRound& round, const RejectionOutcome& o,
+                          const float* logits) {
+  const int k = seq.request->req.params.logprobs;
+  if (k >= 0 && !logits)
+    raise<InternalError>("a logprobs request's round was verified without its logits rows");
   // The accepted drafts' KV, written by the verify past the last token, now holds committed
   // tokens; the rejected tail's slots are rewritten by the next step before anything reads them.
   seq.num_computed += o.accepted;
+  // Emitted token i comes from verify row i, the row plain decoding would have drawn it from:
+  // its logprobs are that row's, as sample_row reports them.
+  Logprobs lp;
+  const auto emit_from_row = [&](int64_t i, int32_t token) {
+    if (k >= 0) sampler_.fill_logprobs(logits + i * vocab_, token, k, lp);
+    emit(seq, token, k >= 0 ? &lp : nullptr);
+  };
   for (int64_t i = 0; i < o.accepted; ++i) {
-    emit(seq, round.tokens[static_cast<size_t>(i)], nullptr);
+    emit_from_row(i, round.tokens[static_cast<size_t>(i)]);
     if (seq.finished()) return;
   }
-  emit(seq, o.token, nullptr);
+  emit_from_row(o.accepted, o.token);
 }
 
 void Engine::draft(const std::vector<ScheduledChunk>& chunks) {

@@ -99,6 +99,9 @@ class Engine {
   bool can_sample_on_device() const;
   // Whether the sequence's draw needs nothing the host's copy of its logits row gives.
   bool samples_on_device(const Sequence& seq) const;
+  // Whether the sequence's next draw is its n > 1 request's first, which takes every sample's
+  // token from one row and forks the request (Engine::fork).
+  bool first_draw_forks(const Sequence& seq) const;
   SampleInput sample_input(const Sequence& seq, int sample_index) const;
   void score_prompts(const std::vector<ScheduledChunk>& chunks, const float* logits);
   // Structured outputs: starts computing the allowed-token masks of this step's constrained
@@ -107,8 +110,11 @@ class Engine {
   std::span<const uint32_t> masks();
   std::span<const uint32_t> mask_row(size_t r) const;
   void sample_row(Sequence& seq, const float* logits, std::span<const uint32_t> allowed);
-  // Speculative decoding. Whether the sequence drafts: one sample without logprobs (every other
-  // sequence decodes plainly in the same steps).
+  // Speculative decoding. Whether the MTP layer follows the sequence: every one when it is on.
+  // Rows scoring a prompt (prompt_logprobs) are target rows of the host path like any other; a
+  // logprobs request's tokens report their verify rows' logprobs. An n > 1 request's parent
+  // catches the MTP layer up on the prompt but verifies no round until its first draw has forked
+  // the request (first_draw_forks); each sample then drafts as its own sequence.
   bool drafts_for(const Sequence& seq) const;
   SpeculativeSequence speculative_view(const Sequence& seq) const;
   // Whether its drafts and verify rows are drawn on the device (greedy, nothing host-only): only
@@ -121,8 +127,11 @@ class Engine {
   void accept(Sequence& seq, const float* logits, size_t mask_row_index);
   // The same from the device's ids of its drafts + 1 verify rows (a greedy sequence).
   void accept_drawn(Sequence& seq, std::span<const int32_t> ids);
-  // Emits a verified round's outcome: its accepted drafts, then the token after them.
-  void commit_round(Sequence& seq, const DraftRound& round, const RejectionOutcome& o);
+  // Emits a verified round's outcome: its accepted drafts, then the token after them, each with
+  // the logprobs of the verify row it came from when the request asks for them (`logits`: the
+  // round's rows; null for a device-drawn round, which never has logprobs).
+  void commit_round(Sequence& seq, const DraftRound& round, const RejectionOutcome& o,
+                    const float* logits);
   // The MTP layer catches up on what this step's target forward computed for each drafting
   // sequence, then drafts the next round of those that go on (carry: the forward's hidden rows).
   void draft(const std::vector<ScheduledChunk>& chunks);

@@ -7,8 +7,9 @@
 
 namespace mls {
 
-double speculative_uniform(uint64_t seed, SpeculativeStream s, int64_t output_index) {
-  return Sampler::uniform(seed, 0, (static_cast<int64_t>(s) << 48) | output_index);
+double speculative_uniform(uint64_t seed, int sample_index, SpeculativeStream s,
+                           int64_t output_index) {
+  return Sampler::uniform(seed, sample_index, (static_cast<int64_t>(s) << 48) | output_index);
 }
 
 std::vector<uint32_t> constraint_mask(TokenConstraint& tc, std::span<const int64_t> stop_ids,
@@ -85,8 +86,9 @@ bool Drafter::add(Sampler& sampler, const float* mtp_logits, SpeculativeStats& s
     end();
     return false;
   }
-  const int32_t d = draw_token(
-      qi, speculative_uniform(s_.seed, SpeculativeStream::kDraft, output_index_ + round_.size()));
+  const int32_t d =
+      draw_token(qi, speculative_uniform(s_.seed, s_.sample_index, SpeculativeStream::kDraft,
+                                         output_index_ + round_.size()));
   return take_draft(d, std::move(qi), stats);
 }
 
@@ -177,9 +179,11 @@ RejectionOutcome accept_round(Sampler& sampler, const SpeculativeSequence& s,
   }
   std::vector<double> accept_u;
   for (int64_t i = 0; i < drafted; ++i)
-    accept_u.push_back(speculative_uniform(s.seed, SpeculativeStream::kAccept, n + i));
-  const RejectionOutcome o = rejection_sample(
-      round.tokens, q, p, accept_u, speculative_uniform(s.seed, SpeculativeStream::kFinal, n));
+    accept_u.push_back(
+        speculative_uniform(s.seed, s.sample_index, SpeculativeStream::kAccept, n + i));
+  const RejectionOutcome o =
+      rejection_sample(round.tokens, q, p, accept_u,
+                       speculative_uniform(s.seed, s.sample_index, SpeculativeStream::kFinal, n));
   count_round(stats, drafted, o.accepted);
   return o;
 }

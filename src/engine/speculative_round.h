@@ -25,10 +25,11 @@ namespace mls {
 // drafter's (exact for sampled output when the token does not depend on `drafted`).
 using DraftOverride = std::function<int32_t(int64_t position, int32_t drafted)>;
 
-// What one sequence's distributions depend on (one sample: n = 1).
+// What one sequence's distributions depend on (one sample of its request).
 struct SpeculativeSequence {
   const SamplingParams* params = nullptr;
   uint64_t seed = 0;                  // the draws' streams
+  int sample_index = 0;               // which sample of an n > 1 request: its own streams
   std::span<const int64_t> stop_ids;  // stop_token_ids plus EOS
   int64_t prompt_len = 0;
   int64_t vocab = 0;
@@ -37,9 +38,12 @@ struct SpeculativeSequence {
 // The draws' uniform streams, keyed by the output index they decide: a draft's draw and its
 // acceptance test at that index, and the one residual or bonus draw of the round starting there.
 // A round only consumes uniforms at indices up to the one it emits last, and the next round
-// starts past it, so every draw that decides the output is fresh.
+// starts past it, so every draw that decides the output is fresh. The samples of an n > 1
+// request draw from streams of their own (Sampler::uniform's sample index; sample 0's are an
+// n = 1 request's), so they stay independent.
 enum class SpeculativeStream : int64_t { kDraft = 1, kAccept = 2, kFinal = 3 };
-double speculative_uniform(uint64_t seed, SpeculativeStream s, int64_t output_index);
+double speculative_uniform(uint64_t seed, int sample_index, SpeculativeStream s,
+                           int64_t output_index);
 
 // The engine's mask of a constraint: its tokens, and the stop ids once the output may end.
 std::vector<uint32_t> constraint_mask(TokenConstraint& tc, std::span<const int64_t> stop_ids,

@@ -212,10 +212,10 @@ bool Engine::step() {
         c.seq->request->timings.scheduled = now;
     batch_.token_ids.clear();
     batch_.seqs.resize(chunks.size());
-    bool speculative = false;  // some chunk belongs to a drafting sequence
+    // Under speculative decoding every sequence drafts (engine.h).
+    const bool speculative = spec_k_ > 0;
     for (size_t i = 0; i < chunks.size(); ++i) {
       const Sequence& s = *chunks[i].seq;
-      speculative = speculative || drafts_for(s);
       // The sequence's tokens, then the drafts it verifies (a logits row each, and one more).
       const int64_t drafts = chunks[i].num_drafts;
       const int64_t end = s.num_computed + chunks[i].num_new - drafts;
@@ -259,9 +259,8 @@ bool Engine::step() {
     } join{mask_worker_};
     try {
       if (speculative && can_sample_on_device() &&
-          std::all_of(sampled_.begin(), sampled_.end(), [this](const Sequence* seq) {
-            return !drafts_for(*seq) || speculates_on_device(*seq);
-          })) {
+          std::all_of(sampled_.begin(), sampled_.end(),
+                      [this](const Sequence* seq) { return speculates_on_device(*seq); })) {
         verify_on_device();
         draft(chunks);
       } else if (speculative) {
@@ -274,7 +273,7 @@ bool Engine::step() {
           const float* row = logits.data<float>() + sample_rows_[r] * vocab_;
           if (masked_ && mask_failed_[r])
             finish(*sampled_[r], FinishReason::kAbort, true);
-          else if (drafts_for(*sampled_[r]) && !first_draw_forks(*sampled_[r]))
+          else if (!first_draw_forks(*sampled_[r]))
             accept(*sampled_[r], row, r);
           else
             sample_row(*sampled_[r], row, mask_row(r));
@@ -450,10 +449,6 @@ void Engine::sample_row(Sequence& seq, const float* logits, std::span<const uint
     emit(n > 1 ? *rs.seqs[i] : seq, drawn_[i], want_lp ? &logprobs_[i] : nullptr);
 }
 
-bool Engine::drafts_for(const Sequence&) const {
-  return spec_k_ > 0;
-}
-
 SpeculativeSequence Engine::speculative_view(const Sequence& seq) const {
   const RequestState& rs = *seq.request;
   return {.params = &rs.req.params,
@@ -469,13 +464,9 @@ bool Engine::speculates_on_device(const Sequence& seq) const {
 }
 
 void Engine::verify_on_device() {
-  // Every logits row of the step: a drafting sequence's verify rows (the last drafts + 1 of its
-  // chunk) are greedy, as are the rows nobody reads; a plain sequence draws its row as always.
+  // Every logits row of the step is greedy: each sequence's verify rows (the last drafts + 1 of
+  // its chunk) and the rows nobody reads.
   rows_.assign(static_cast<size_t>(batch_.num_logit_rows()), ops::RowSampling{});
-  for (size_t r = 0; r < sampled_.size(); ++r)
-    if (!drafts_for(*sampled_[r]))
-      rows_[static_cast<size_t>(sample_rows_[r])] =
-          Sampler::row_sampling(sample_input(*sampled_[r], sampled_[r]->sample_index));
   // Each verify row under the mask its draft was drawn under (the round's), a round nobody
   // drafted under the mask worker's.
   const auto verify_masks = [this]() -> std::span<const uint32_t> {
@@ -502,11 +493,9 @@ void Engine::verify_on_device() {
     const auto row = static_cast<size_t>(sample_rows_[r]);
     if (masked_ && mask_failed_[r])
       finish(seq, FinishReason::kAbort, true);
-    else if (drafts_for(seq))
+    else
       accept_drawn(seq,
                    std::span(drawn.ids).subspan(row, static_cast<size_t>(seq.drafts.size()) + 1));
-    else
-      emit(seq, drawn.ids[row], nullptr);
   }
 }
 
@@ -571,7 +560,7 @@ void Engine::draft(const std::vector<ScheduledChunk>& chunks) {
     Sequence& s = *chunks[i].seq;
     const int64_t first = offset;
     offset += sc.num_new;
-    if (!drafts_for(s) || s.finished()) continue;
+    if (s.finished()) continue;
     const int64_t computed = s.num_computed - sc.num_cached;
     if (computed <= 0) continue;
     const auto len = static_cast<int64_t>(s.tokens.size());

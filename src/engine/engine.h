@@ -110,12 +110,11 @@ class Engine {
   std::span<const uint32_t> masks();
   std::span<const uint32_t> mask_row(size_t r) const;
   void sample_row(Sequence& seq, const float* logits, std::span<const uint32_t> allowed);
-  // Speculative decoding. Whether the MTP layer follows the sequence: every one when it is on.
-  // Rows scoring a prompt (prompt_logprobs) are target rows of the host path like any other; a
-  // logprobs request's tokens report their verify rows' logprobs. An n > 1 request's parent
-  // catches the MTP layer up on the prompt but verifies no round until its first draw has forked
-  // the request (first_draw_forks); each sample then drafts as its own sequence.
-  bool drafts_for(const Sequence& seq) const;
+  // Speculative decoding: the MTP layer follows every sequence. Rows scoring a prompt
+  // (prompt_logprobs) are target rows of the host path like any other; a logprobs request's
+  // tokens report their verify rows' logprobs. An n > 1 request's parent catches the MTP layer up
+  // on the prompt but verifies no round until its first draw has forked the request
+  // (first_draw_forks); each sample then drafts as its own sequence.
   SpeculativeSequence speculative_view(const Sequence& seq) const;
   // Whether its drafts and verify rows are drawn on the device (greedy, nothing host-only): only
   // token ids come back (ModelRunner::forward_sample, forward_mtp_sample).

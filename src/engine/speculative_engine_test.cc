@@ -619,7 +619,7 @@ TEST(SpeculativeEngine, GpuLogprobsAndSamplesEqualPlain) {
 
 // With a memory plan on the GPU (an FP8 fixture, whose decode graphs capture): the verify steps
 // replay the decode graphs, the MTP layer's draft steps its own, and greedy output with k = 1..3
-// equals plain decoding under the same plan and the eager (--enforce-eager) runner's.
+// equals the eager (--enforce-eager) runner's under the same plan.
 TEST(SpeculativeEngine, GpuGraphsServeVerifyAndDraftSteps) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device here";
   const ServingLimits base{.max_num_batched_tokens = 256,
@@ -676,16 +676,26 @@ TEST(SpeculativeEngine, GpuGraphsServeVerifyAndDraftSteps) {
   EXPECT_EQ(out[false][0].tokens, out[true][0].tokens);
   for (int64_t k = 1; k <= 3; ++k) {
     SCOPED_TRACE(k);
-    EXPECT_EQ(out[false][k].tokens, out[false][0].tokens);
-    EXPECT_EQ(out[true][k].tokens, out[true][0].tokens);
+    // Replayed verify steps give the eager steps' bits (the drafts are forced, so the MTP steps'
+    // bits, padded only in a replay, do not reach the output). Against plain decoding an FP8
+    // model's greedy output may part: its FP8 GEMMs choose their algorithm and K split by the
+    // step's row count (decode_graphs.h), and a verify step has k + 1 rows per sequence where a
+    // decode has one. Counted, not required.
+    EXPECT_EQ(out[false][k].tokens, out[true][k].tokens);
+    EXPECT_EQ(out[false][k].stats.spec.num_accepted_tokens,
+              out[true][k].stats.spec.num_accepted_tokens);
     EXPECT_GT(out[false][k].stats.spec.num_accepted_tokens, 0);
+    int64_t parted = 0;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      parted += out[false][k].tokens[i] != out[false][0].tokens[i];
     EXPECT_GT(replays[k].first, 0);   // verify steps
     EXPECT_GT(replays[k].second, 0);  // the MTP layer's catch-up and draft steps
     std::printf(
         "tiny-glm5-fp8 on the GPU with graphs, k=%lld: %lld rounds, %lld verify and %lld MTP "
-        "graph replays\n",
+        "graph replays; %lld of %zu outputs part from plain decoding's\n",
         static_cast<long long>(k), static_cast<long long>(out[false][k].stats.spec.num_drafts),
-        static_cast<long long>(replays[k].first), static_cast<long long>(replays[k].second));
+        static_cast<long long>(replays[k].first), static_cast<long long>(replays[k].second),
+        static_cast<long long>(parted), jobs.size());
   }
 }
 

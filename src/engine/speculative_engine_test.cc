@@ -288,6 +288,58 @@ TEST(SpeculativeEngine, ASeedRepeatsItsSampledOutput) {
   EXPECT_EQ(run(r, top1, 2).tokens, plain.tokens);
 }
 
+// Seeded requests of one prompt (temperature 1, top_k 3, 3 tokens, n samples each) for a fit of
+// the first two tokens, and a draft override forcing the second token's draft of every even
+// request to the target's greedy second token (so drafts are both accepted and rejected).
+struct SeededFit {
+  std::vector<int32_t> prompt = {1, 17, 300, 45, 999, 2, 64, 128, 7, 511, 33};
+  SamplingParams params;
+  std::vector<Job> jobs;
+  Engine::RequestDraftOverride forced;
+
+  SeededFit(ModelRunner& r, int n, uint64_t count) {
+    params.n = n;
+    params.top_k = 3;
+    params.max_tokens = 3;  // the second token is drafted (none is past the last)
+    params.ignore_eos = true;
+    for (uint64_t seed = 0; seed < count; ++seed) {
+      SamplingParams p = params;
+      p.seed = seed;
+      jobs.push_back({prompt, p});
+    }
+    const int32_t greedy_second = run(r, {{prompt, greedy(2)}}, 0).tokens[0][1];
+    const auto second = static_cast<int64_t>(prompt.size()) + 1;
+    forced = [greedy_second, second](const std::string& id, int64_t position, int32_t drafted) {
+      return std::stoi(id) % 2 == 0 && position == second ? greedy_second : drafted;
+    };
+  }
+
+  // The chi-square p-value of `outputs`' first two tokens against the target's joint
+  // distribution of them.
+  double p_value(ModelRunner& r, const std::vector<std::vector<int32_t>>& outputs) const {
+    const int64_t vocab = r.config().vocab_size;
+    const auto cell = [&](int32_t t0, int32_t t1) { return static_cast<size_t>(t0 * vocab + t1); };
+    std::vector<int64_t> counts(static_cast<size_t>(vocab * vocab), 0);
+    for (const auto& t : outputs) {
+      EXPECT_EQ(t.size(), 3u);
+      if (t.size() >= 2) ++counts[cell(t[0], t[1])];
+    }
+    SamplingParams one = params;
+    one.n = 1;
+    std::vector<double> expected(counts.size(), 0.0);
+    const std::vector<double> first = target_probs(r, prompt, prompt.size(), one);
+    for (int32_t t0 = 0; t0 < vocab; ++t0) {
+      if (first[static_cast<size_t>(t0)] == 0) continue;
+      std::vector<int32_t> tokens = prompt;
+      tokens.push_back(t0);
+      const std::vector<double> next = target_probs(r, tokens, prompt.size(), one);
+      for (int32_t t1 = 0; t1 < vocab; ++t1)
+        expected[cell(t0, t1)] = first[static_cast<size_t>(t0)] * next[static_cast<size_t>(t1)];
+    }
+    return testing::chi_square_p_value(counts, expected);
+  }
+};
+
 // Sampled output through the engine follows the target: 400 seeded requests (temperature 1,
 // top_k 3, k = 2) in one batch, odd seeds drafting with the MTP layer and even ones forced to
 // the target's greedy second token (accepted with its probability), fit the target's joint
@@ -295,42 +347,11 @@ TEST(SpeculativeEngine, ASeedRepeatsItsSampledOutput) {
 // rejected.
 TEST(SpeculativeEngine, SampledOutputFollowsTheTarget) {
   ModelRunner& r = *mtp_model("tiny-glm5").runner;
-  const std::vector<int32_t> prompt = {1, 17, 300, 45, 999, 2, 64, 128, 7, 511, 33};
-  const std::vector<int32_t> greedy_out = run(r, {{prompt, greedy(2)}}, 0).tokens[0];
-  SamplingParams p;
-  p.top_k = 3;
-  p.max_tokens = 3;  // the second token is drafted (none is past the last)
-  p.ignore_eos = true;
-  std::vector<Job> jobs;
-  for (uint64_t seed = 0; seed < 400; ++seed) {
-    p.seed = seed;
-    jobs.push_back({prompt, p});
-  }
-  const auto second = static_cast<int64_t>(prompt.size()) + 1;
-  const auto forced = [&](const std::string& id, int64_t position, int32_t drafted) {
-    return std::stoi(id) % 2 == 0 && position == second ? greedy_out[1] : drafted;
-  };
-  const Outcome got = run(r, jobs, 2, {16, 2048}, {}, forced);
+  const SeededFit fit(r, 1, 400);
+  const Outcome got = run(r, fit.jobs, 2, {16, 2048}, {}, fit.forced);
   EXPECT_GT(got.stats.spec.num_accepted_tokens, 0);
   EXPECT_LT(got.stats.spec.num_accepted_tokens, got.stats.spec.num_draft_tokens);
-  const int64_t vocab = r.config().vocab_size;
-  const auto cell = [&](int32_t t0, int32_t t1) { return static_cast<size_t>(t0 * vocab + t1); };
-  std::vector<int64_t> counts(static_cast<size_t>(vocab * vocab), 0);
-  for (const auto& t : got.tokens) {
-    ASSERT_EQ(t.size(), 3u);
-    ++counts[cell(t[0], t[1])];
-  }
-  std::vector<double> expected(counts.size(), 0.0);
-  const std::vector<double> first = target_probs(r, prompt, prompt.size(), p);
-  for (int32_t t0 = 0; t0 < vocab; ++t0) {
-    if (first[static_cast<size_t>(t0)] == 0) continue;
-    std::vector<int32_t> tokens = prompt;
-    tokens.push_back(t0);
-    const std::vector<double> next = target_probs(r, tokens, prompt.size(), p);
-    for (int32_t t1 = 0; t1 < vocab; ++t1)
-      expected[cell(t0, t1)] = first[static_cast<size_t>(t0)] * next[static_cast<size_t>(t1)];
-  }
-  EXPECT_GT(testing::chi_square_p_value(counts, expected), 1e-4);
+  EXPECT_GT(fit.p_value(r, got.tokens), 1e-4);
 }
 
 // Requests of every kind in one batch keep their outputs: a prompt logprobs request, a
@@ -491,23 +512,8 @@ TEST(SpeculativeEngine, SampledSamplesOfOneRequestAreIndependentAndFollowTheTarg
   for (const auto& s : a.samples) differing += !(s[0] == s[1] && s[1] == s[2]);
   EXPECT_EQ(differing, static_cast<int64_t>(jobs.size()));
 
-  const std::vector<int32_t> prompt = {1, 17, 300, 45, 999, 2, 64, 128, 7, 511, 33};
-  const std::vector<int32_t> greedy_out = run(r, {{prompt, greedy(2)}}, 0).tokens[0];
-  SamplingParams p;
-  p.n = 3;
-  p.top_k = 3;
-  p.max_tokens = 3;
-  p.ignore_eos = true;
-  std::vector<Job> fit;
-  for (uint64_t seed = 0; seed < 150; ++seed) {
-    p.seed = seed;
-    fit.push_back({prompt, p});
-  }
-  const auto second = static_cast<int64_t>(prompt.size()) + 1;
-  const auto forced = [&](const std::string& id, int64_t position, int32_t drafted) {
-    return std::stoi(id) % 2 == 0 && position == second ? greedy_out[1] : drafted;
-  };
-  const Outcome got = run(r, fit, 2, {16, 2048}, {}, forced);
+  const SeededFit fit(r, 3, 150);
+  const Outcome got = run(r, fit.jobs, 2, {16, 2048}, {}, fit.forced);
   EXPECT_GT(got.stats.spec.num_accepted_tokens, 0);
   EXPECT_LT(got.stats.spec.num_accepted_tokens, got.stats.spec.num_draft_tokens);
   // Samples 1 and 2 of a request that drew the same first token have the same history: their
@@ -521,26 +527,10 @@ TEST(SpeculativeEngine, SampledSamplesOfOneRequestAreIndependentAndFollowTheTarg
     }
   EXPECT_GT(same_first, 10);
   EXPECT_LT(same_second, same_first);
-  const int64_t vocab = r.config().vocab_size;
-  const auto cell = [&](int32_t t0, int32_t t1) { return static_cast<size_t>(t0 * vocab + t1); };
-  std::vector<int64_t> counts(static_cast<size_t>(vocab * vocab), 0);
+  std::vector<std::vector<int32_t>> outputs;
   for (const auto& request : got.samples)
-    for (const auto& t : request) {
-      ASSERT_EQ(t.size(), 3u);
-      ++counts[cell(t[0], t[1])];
-    }
-  std::vector<double> expected(counts.size(), 0.0);
-  p.n = 1;
-  const std::vector<double> first = target_probs(r, prompt, prompt.size(), p);
-  for (int32_t t0 = 0; t0 < vocab; ++t0) {
-    if (first[static_cast<size_t>(t0)] == 0) continue;
-    std::vector<int32_t> tokens = prompt;
-    tokens.push_back(t0);
-    const std::vector<double> next = target_probs(r, tokens, prompt.size(), p);
-    for (int32_t t1 = 0; t1 < vocab; ++t1)
-      expected[cell(t0, t1)] = first[static_cast<size_t>(t0)] * next[static_cast<size_t>(t1)];
-  }
-  EXPECT_GT(testing::chi_square_p_value(counts, expected), 1e-4);
+    outputs.insert(outputs.end(), request.begin(), request.end());
+  EXPECT_GT(fit.p_value(r, outputs), 1e-4);
 }
 
 // Stops inside an accepted round end the output there: stop ids, max_tokens and an owner's

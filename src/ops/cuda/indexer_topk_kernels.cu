@@ -199,6 +199,19 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// The radix digit among the N bins a thread holds, counts cnt from bin `hi` down, whose running
+// count from the top reaches `rem`; `before` (the keys above those bins on entry) becomes the
+// keys above that digit.
+template <int N>
+__device__ __forceinline__ int digit_in_run(const uint32_t (&cnt)[N], int hi, uint32_t rem,
+                                            uint32_t& before) {
+  for (int i = 0; i < N; ++i) {
+    if (before + cnt[i] >= rem) return hi - i;
+    before += cnt[i];
+  }
+  return hi - (N - 1);
+}
+
 __global__ void __launch_bounds__(kTopkThreads)
     topk_kernel(const IndexerParams p, int t0, const float* scores, int64_t ld, int cache_cap) {
   extern __shared__ __align__(16) float cache[];
@@ -265,14 +278,7 @@ __global__ void __launch_bounds__(kTopkThreads)
       const uint32_t hit = __ballot_sync(0xffffffffu, incl >= rem);
       if (lane == __ffs(hit) - 1) {
         uint32_t before = incl - s;
-        int digit = hi - 7;
-        for (int i = 0; i < 8; ++i) {
-          if (before + cnt[i] >= rem) {
-            digit = hi - i;
-            break;
-          }
-          before += cnt[i];
-        }
+        const int digit = digit_in_run(cnt, hi, rem, before);
         sh_prefix = prefix | (static_cast<uint32_t>(digit) << shift);
         sh_rem = rem - before;
       }
@@ -424,14 +430,7 @@ __global__ void __launch_bounds__(kRegThreads)
     const uint32_t before0 = incl - sum;
     if (before0 < rem && incl >= rem) {
       uint32_t before = before0;
-      int digit = hi - (per - 1);
-      for (int i = 0; i < per; ++i) {
-        if (before + cnt[i] >= rem) {
-          digit = hi - i;
-          break;
-        }
-        before += cnt[i];
-      }
+      const int digit = digit_in_run(cnt, hi, rem, before);
       sh_prefix = prefix | (static_cast<uint32_t>(digit) << shift);
       sh_rem = rem - before;
     }

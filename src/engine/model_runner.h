@@ -165,7 +165,7 @@ class ModelRunner {
   // The MTP layer (Model::forward_mtp) over `batch` on every rank, token t's previous hidden
   // state being carry row carry_rows[t] (rows of the last forward_keep_hidden or forward_mtp);
   // the carry then holds this step's block outputs, row t for token t (the next draft's input).
-  // Logits of the batch's logit rows, f32, host memory. Always eager.
+  // Logits of the batch's logit rows, f32, host memory. A step an MTP graph serves replays it.
   Tensor forward_mtp(const ForwardBatch& batch, std::span<const int64_t> carry_rows);
   // forward_mtp(), then rank 0 draws one token per logits row as forward_sample does: only the
   // drafts' ids and logprobs come back to the host.

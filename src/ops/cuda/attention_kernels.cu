@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "ops/cuda/attention_kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
 #include "ops/scratch_sizes.h"
 
@@ -157,6 +158,7 @@ template <int HM, int NTV>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_kernel(const AttentionParams p, const MlaLayout L, int splits,
                          int64_t keys_per_split, float* part_o, float* part_ml) {
+  pdl_begin();
   constexpr int MW = HM >= 32 ? 32 : 16;  // heads per warp in QK
   constexpr int MG = HM / MW;             // warp groups over heads in QK
   constexpr int MBW = MW / 16;            // m16 blocks per QK warp
@@ -439,6 +441,7 @@ constexpr int kCombineThreads = 256;
 
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const AttentionParams p, int splits, const float* part_o, const float* part_ml) {
+  pdl_begin();
   extern __shared__ float weight[];  // [splits], then [groups][Dv] partial sums
   __shared__ float total;
   const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
@@ -506,6 +509,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 constexpr int kSimpleWarps = 4;
 
 __global__ void simple_attention_kernel(const AttentionParams p) {
+  pdl_begin();
   extern __shared__ float sm[];
   float* qf = sm;                           // [Dk]
   float* acc = sm + p.Dk;                   // [warps][Dv]
@@ -709,7 +713,7 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
     e = prepare_kernel(plan.dev, reinterpret_cast<const void*>(simple_attention_kernel),
                        kSimpleWarps * 32, static_cast<int>(smem), plan.smem_optin, &per_sm);
     if (e != cudaSuccess) return e;
-    simple_attention_kernel<<<dim3(p.T, p.H), kSimpleWarps * 32, smem, stream>>>(p);
+    launch(simple_attention_kernel, dim3(p.T, p.H), kSimpleWarps * 32, smem, stream, p);
     return cudaGetLastError();
   }
   const int width = p.Dv % 4 == 0 ? 4 : 1;
@@ -733,13 +737,13 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
     float* part_o = scratch;
     float* part_ml =
         scratch ? scratch + static_cast<size_t>(plan.splits) * g.T * p.H * p.Dv : nullptr;
-    plan.kernel<<<dim3(g.T, plan.splits, plan.groups), kThreads, plan.layout.total, stream>>>(
-        g, plan.layout, plan.splits, plan.keys_per_split, part_o, part_ml);
+    launch(plan.kernel, dim3(g.T, plan.splits, plan.groups), kThreads, plan.layout.total, stream, g,
+           plan.layout, plan.splits, plan.keys_per_split, part_o, part_ml);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     if (plan.splits == 1) continue;
-    combine_kernel<<<dim3(g.T, p.H), kCombineThreads, csmem, stream>>>(g, plan.splits, part_o,
-                                                                       part_ml);
+    launch(combine_kernel, dim3(g.T, p.H), kCombineThreads, csmem, stream, g, plan.splits, part_o,
+           part_ml);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "ops/cuda/bf16_gemv_kernels.h"
+#include "ops/cuda/launch.cuh"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -30,6 +31,7 @@ __device__ __forceinline__ void to_f32(const uint4& u, float* f) {
 
 template <int T>
 __global__ void __launch_bounds__(kThreads) bf16_gemv_kernel(const Bf16GemvArgs a) {
+  pdl_begin();
   __shared__ float red[kWarps][kRows * T];
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int chunks = a.K / 8;
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) bf16_gemv_kernel(const Bf16GemvArgs 
 template <int T>
 cudaError_t launch_t(const Bf16GemvArgs& a, cudaStream_t stream) {
   const auto ctas = static_cast<unsigned int>((a.N + kRows - 1) / kRows);
-  bf16_gemv_kernel<T><<<ctas, kThreads, 0, stream>>>(a);
+  launch(bf16_gemv_kernel<T>, ctas, kThreads, 0, stream, a);
   return cudaGetLastError();
 }
 

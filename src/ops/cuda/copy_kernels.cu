@@ -1,12 +1,14 @@
 #include <cuda_bf16.h>
 
 #include "ops/cuda/copy_kernels.h"
+#include "ops/cuda/launch.cuh"
 
 namespace mls::ops::cuda::kernels {
 namespace {
 
 template <class Src, class Dst>
 __global__ void strided_copy_kernel(const Src* src, Dst* dst, StridedLayout l, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t rem = i, so = 0, d_o = 0;
@@ -32,15 +34,15 @@ cudaError_t launch(const void* src, void* dst, const StridedLayout& l, cudaStrea
   if (n == 0) return cudaSuccess;
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;
-  strided_copy_kernel<Src, Dst>
-      <<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), threads, 0, s>>>(
-          static_cast<const Src*>(src), static_cast<Dst*>(dst), l, n);
+  launch(strided_copy_kernel<Src, Dst>, static_cast<unsigned>(blocks < 65536 ? blocks : 65536),
+         threads, 0, s, static_cast<const Src*>(src), static_cast<Dst*>(dst), l, n);
   return cudaGetLastError();
 }
 
 // Moves one row per CTA in 16-byte words when both sides allow it, else byte by byte.
 __global__ void copy_rows_kernel(const char* src, int64_t src_stride, char* dst, int64_t dst_stride,
                                  const int32_t* rows, int64_t row_bytes, bool scatter, bool vec) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   const int32_t r = rows[t];
   if (scatter && r < 0) return;
@@ -85,9 +87,9 @@ cudaError_t copy_rows(const void* src, int64_t src_stride, void* dst, int64_t ds
                    reinterpret_cast<uintptr_t>(dst) % 16 == 0;
   const int64_t units = vec ? row_bytes / 16 : row_bytes;
   const int threads = units >= 256 ? 256 : (units >= 64 ? 64 : 32);
-  copy_rows_kernel<<<static_cast<unsigned>(n), threads, 0, stream>>>(
-      static_cast<const char*>(src), src_stride, static_cast<char*>(dst), dst_stride, rows,
-      row_bytes, scatter, vec);
+  launch(copy_rows_kernel, static_cast<unsigned>(n), threads, 0, stream,
+         static_cast<const char*>(src), src_stride, static_cast<char*>(dst), dst_stride, rows,
+         row_bytes, scatter, vec);
   return cudaGetLastError();
 }
 

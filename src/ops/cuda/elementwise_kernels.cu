@@ -2,6 +2,7 @@
 #include <cuda_fp8.h>
 
 #include "ops/cuda/elementwise_kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/vec_io.cuh"
 
 namespace mls::ops::cuda::kernels {
@@ -81,6 +82,7 @@ __device__ inline float apply(float a, float b, float alpha) {
 // read and written by one thread, so out may alias a or b.
 template <Pointwise Op, class TA, class TB, class TO, int V>
 __global__ void __launch_bounds__(256) pointwise_kernel(PointwiseRows p) {
+  pdl_begin();
   constexpr bool kUnary = Op == Pointwise::kScale;
   const int64_t packs = p.cols / V;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -119,9 +121,9 @@ cudaError_t pointwise_typed(PointwiseRows p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(bx < (1 << 16) ? bx : (1 << 16)),
                   static_cast<unsigned>(p.rows < 65535 ? p.rows : 65535));
   if (vec)
-    pointwise_kernel<Op, TA, TB, TO, 8><<<grid, kThreads, 0, stream>>>(p);
+    launch(pointwise_kernel<Op, TA, TB, TO, 8>, grid, kThreads, 0, stream, p);
   else
-    pointwise_kernel<Op, TA, TB, TO, 1><<<grid, kThreads, 0, stream>>>(p);
+    launch(pointwise_kernel<Op, TA, TB, TO, 1>, grid, kThreads, 0, stream, p);
   return cudaGetLastError();
 }
 
@@ -163,6 +165,7 @@ struct Lookup {
 // A block per token (grid-stride), its threads over the row's V-value packs.
 template <class TT, class TO, int V>
 __global__ void __launch_bounds__(256) embedding_kernel(Lookup l) {
+  pdl_begin();
   for (int64_t t = blockIdx.x; t < l.tokens; t += gridDim.x) {
     const int64_t r = l.ids[t] - l.vocab_start;
     const bool inside = r >= 0 && r < l.rows;
@@ -182,9 +185,9 @@ cudaError_t embedding_typed(const Lookup& l, cudaStream_t stream) {
       l.hidden % 8 == 0 && l.table_stride % 8 == 0 && aligned(l.table, 16) && aligned(l.out, 16);
   const unsigned grid = static_cast<unsigned>(l.tokens < (1 << 16) ? l.tokens : (1 << 16));
   if (vec)
-    embedding_kernel<TT, TO, 8><<<grid, 256, 0, stream>>>(l);
+    launch(embedding_kernel<TT, TO, 8>, grid, 256, 0, stream, l);
   else
-    embedding_kernel<TT, TO, 1><<<grid, 256, 0, stream>>>(l);
+    launch(embedding_kernel<TT, TO, 1>, grid, 256, 0, stream, l);
   return cudaGetLastError();
 }
 
@@ -217,6 +220,7 @@ struct alignas(8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) Group {
 // column are divided out once per group.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(256) fill_kernel(T* out, int64_t n, int64_t cols, FillParams f) {
+  pdl_begin();
   const int64_t groups = (n + 7) / 8;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
@@ -247,9 +251,9 @@ cudaError_t fill_typed(void* out, int64_t n, int64_t cols, const FillParams& f,
   const unsigned grid = static_cast<unsigned>(blocks < (1 << 16) ? blocks : (1 << 16));
   T* o = static_cast<T*>(out);
   if (aligned(out, alignof(Group<T>)))
-    fill_kernel<T, true><<<grid, 256, 0, stream>>>(o, n, cols, f);
+    launch(fill_kernel<T, true>, grid, 256, 0, stream, o, n, cols, f);
   else
-    fill_kernel<T, false><<<grid, 256, 0, stream>>>(o, n, cols, f);
+    launch(fill_kernel<T, false>, grid, 256, 0, stream, o, n, cols, f);
   return cudaGetLastError();
 }
 

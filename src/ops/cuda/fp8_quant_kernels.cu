@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/cuda/fp8_quant_kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
 
 namespace mls::ops::cuda::kernels {
@@ -18,6 +19,7 @@ constexpr int kGroupsPerWarp = 4;  // 128-groups of one token per warp, loaded t
 __global__ void quantize_fp8_act_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx, int64_t T,
                                         int64_t K, int64_t KB, int64_t ldq, int64_t t_lead,
                                         bool vec, uint8_t* __restrict__ q, float* __restrict__ s) {
+  pdl_begin();
   const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   const int64_t warps_per_token = (KB + kGroupsPerWarp - 1) / kGroupsPerWarp;
@@ -71,6 +73,7 @@ __global__ void quantize_fp8_act_kernel(const __nv_bfloat16* __restrict__ x, int
 
 __global__ void pad_scale_rows_kernel(const float* __restrict__ src, int64_t rows, int64_t cols,
                                       int64_t ld_dst, float* __restrict__ dst) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * ld_dst) return;
   const int64_t r = i / ld_dst, c = i % ld_dst;
@@ -118,11 +121,11 @@ __device__ __forceinline__ void store_out(const Fp8GemmArgs& a, int64_t tok, int
   *y = __float2bfloat16(v);
 }
 
-template <int NT, bool kVecW>
+template <int NT, bool kVecW, int kU>
 __global__ void __launch_bounds__(kWarps * 32)
     fp8_gemm_skinny_kernel(const Fp8GemmArgs a, int ksplit) {
+  pdl_begin();
   constexpr int kE = NT * 4;  // accumulator registers per lane
-  constexpr int kU = 2;       // K blocks in flight per warp
   __shared__ float red[kWarps][kE][32];
   __shared__ bool last;
 
@@ -160,12 +163,24 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.0f;
 
   for (int64_t kb0 = kb_begin + warp; kb0 < kb_end; kb0 += kWarps * kU) {
+    // Every load of the kU blocks is issued before the first MMA, the scales included: a scale
+    // read after the weights arrive would add a second memory latency per block.
     uint4 wv[kU][2][2];  // [u][row g / g + 8][half of the 128-wide block]
     uint4 xv[kU][NT][2];
+    float ws[kU], sx[kU][NT][2];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t kb = kb0 + u * kWarps;
       const bool kin = kb < kb_end;
+      ws[u] = kin ? __ldg(sw_row + kb) : 0.0f;
+      const float* xs = a.x_scale + kb * a.x_scale_ld;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        // C fragment columns: tokens 2·t4 and 2·t4 + 1 of tile j.
+        const int64_t c0 = tok0 + 8 * j + 2 * t4;
+        sx[u][j][0] = kin && c0 < a.T ? __ldg(xs + c0) : 0.0f;
+        sx[u][j][1] = kin && c0 + 1 < a.T ? __ldg(xs + c0 + 1) : 0.0f;
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t k = kb * 128 + h * 64 + t4 * 16;
@@ -195,14 +210,11 @@ __global__ void __launch_bounds__(kWarps * 32)
             mma_e4m3(part[j], word(wv[u][0][h], 2 * s), word(wv[u][1][h], 2 * s),
                      word(wv[u][0][h], 2 * s + 1), word(wv[u][1][h], 2 * s + 1),
                      word(xv[u][j][h], 2 * s), word(xv[u][j][h], 2 * s + 1));
-      const float ws = __ldg(sw_row + kb);
-      const float* xs = a.x_scale + kb * a.x_scale_ld;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         // C fragment: registers 0, 1 are (row g, tokens 2·t4, 2·t4 + 1), 2, 3 row g + 8.
-        const int64_t c0 = tok0 + 8 * j + 2 * t4;
-        const float s0 = c0 < a.T ? __ldg(xs + c0) * ws : 0.0f;
-        const float s1 = c0 + 1 < a.T ? __ldg(xs + c0 + 1) * ws : 0.0f;
+        const float s0 = sx[u][j][0] * ws[u];
+        const float s1 = sx[u][j][1] * ws[u];
         acc[j][0] += part[j][0] * s0;
         acc[j][1] += part[j][1] * s1;
         acc[j][2] += part[j][2] * s0;
@@ -258,6 +270,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+template <int NT, int kU>
+void launch_skinny_kernel(const Fp8GemmArgs& a, dim3 grid, int ksplit, cudaStream_t stream) {
+  const bool vec = a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+  if (vec)
+    launch(fp8_gemm_skinny_kernel<NT, true, kU>, grid, kWarps * 32, 0, stream, a, ksplit);
+  else
+    launch(fp8_gemm_skinny_kernel<NT, false, kU>, grid, kWarps * 32, 0, stream, a, ksplit);
+}
+
 template <int NT>
 cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
   const int64_t groups = (a.T + 8 * NT - 1) / (8 * NT);
@@ -265,8 +286,9 @@ cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
   if (groups > std::numeric_limits<int>::max() || row_tiles > 65535) return cudaErrorInvalidValue;
   const int64_t tiles = groups * row_tiles;
   const int64_t KB = (a.K + 127) / 128;
-  // Split K until about two CTAs per SM are in flight, keeping >= kWarps K blocks per CTA.
-  const int64_t target = 2LL * a.num_sms;
+  // Split K until about ctas_per_sm CTAs per SM are in flight, keeping >= kWarps K blocks per
+  // CTA.
+  const int64_t target = static_cast<int64_t>(a.ctas_per_sm > 0 ? a.ctas_per_sm : 2) * a.num_sms;
   int64_t ksplit = 1;
   if (tiles < target && tiles <= a.num_counters)
     ksplit =
@@ -275,11 +297,10 @@ cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
     --ksplit;
   const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(row_tiles),
                   static_cast<unsigned>(ksplit));
-  const bool vec = a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
-  if (vec)
-    fp8_gemm_skinny_kernel<NT, true><<<grid, kWarps * 32, 0, stream>>>(a, ksplit);
+  if ((a.blocks_in_flight > 0 ? a.blocks_in_flight : 2) >= 4)
+    launch_skinny_kernel<NT, 4>(a, grid, static_cast<int>(ksplit), stream);
   else
-    fp8_gemm_skinny_kernel<NT, false><<<grid, kWarps * 32, 0, stream>>>(a, ksplit);
+    launch_skinny_kernel<NT, 2>(a, grid, static_cast<int>(ksplit), stream);
   return cudaGetLastError();
 }
 
@@ -292,8 +313,8 @@ cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64
   if (warps == 0) return cudaSuccess;
   const int64_t blocks = (warps * 32 + kQuantBlock - 1) / kQuantBlock;
   const bool vec = ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
-  quantize_fp8_act_kernel<<<static_cast<unsigned>(blocks), kQuantBlock, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(x), ldx, T, K, KB, ldq, t_lead, vec, q, s);
+  launch(quantize_fp8_act_kernel, static_cast<unsigned>(blocks), kQuantBlock, 0, stream,
+         static_cast<const __nv_bfloat16*>(x), ldx, T, K, KB, ldq, t_lead, vec, q, s);
   return cudaGetLastError();
 }
 
@@ -301,8 +322,8 @@ cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, 
                                   float* dst, cudaStream_t stream) {
   const int64_t n = rows * ld_dst;
   if (n == 0) return cudaSuccess;
-  pad_scale_rows_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(src, rows, cols,
-                                                                                    ld_dst, dst);
+  launch(pad_scale_rows_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, src, rows,
+         cols, ld_dst, dst);
   return cudaGetLastError();
 }
 

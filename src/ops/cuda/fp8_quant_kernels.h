@@ -44,6 +44,10 @@ struct Fp8GemmArgs {
   int* counters;
   int64_t num_counters;
   int num_sms;
+  // Tuning (bench/fp8_kernels_benchmark sweeps them; 0 lets the launcher choose): 128-wide K
+  // blocks each warp has in flight (2 or 4), and the CTAs per SM that split-K aims for.
+  int blocks_in_flight = 0;
+  int ctas_per_sm = 0;
 };
 cudaError_t launch_fp8_gemm_skinny(const Fp8GemmArgs& a, cudaStream_t stream);
 

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "ops/cuda/indexer_topk_kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
 #include "ops/scratch_sizes.h"
 
@@ -81,6 +82,7 @@ template <int MB>
 __global__ void __launch_bounds__(kScoreThreads)
     index_score_kernel(const IndexerParams p, const ScoreLayout L, int t0, int tiles_per_cta,
                        float* scores, int64_t ld) {
+  pdl_begin();
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem);
   int64_t* rows_s = reinterpret_cast<int64_t*>(smem + L.q_bytes + 2 * L.stage_bytes);  // [2][kTile]
@@ -214,6 +216,7 @@ __device__ __forceinline__ int digit_in_run(const uint32_t (&cnt)[N], int hi, ui
 
 __global__ void __launch_bounds__(kTopkThreads)
     topk_kernel(const IndexerParams p, int t0, const float* scores, int64_t ld, int cache_cap) {
+  pdl_begin();
   extern __shared__ __align__(16) float cache[];
   __shared__ uint32_t hist[256];
   __shared__ uint32_t sh_prefix, sh_rem;
@@ -372,6 +375,7 @@ __device__ __forceinline__ uint32_t reg_block_scan(uint32_t v, uint32_t* warp_su
 
 __global__ void __launch_bounds__(kRegThreads)
     topk_reg_kernel(const IndexerParams p, int t0, const float* scores, int64_t ld) {
+  pdl_begin();
   __shared__ uint32_t hist[kRegBins];
   __shared__ uint32_t warp_sums[kRegWarps];
   __shared__ uint32_t sh_prefix, sh_rem;
@@ -521,8 +525,8 @@ cudaError_t launch_scores(const IndexerParams& p, const ScoreLayout& L, int dev,
   const int64_t want = std::clamp<int64_t>((2LL * sms + nt - 1) / nt, 1, tiles);
   const int64_t per_cta = (tiles + want - 1) / want;
   const int64_t chunks = (tiles + per_cta - 1) / per_cta;
-  kernel<<<dim3(nt, static_cast<unsigned>(chunks)), kScoreThreads, L.total, stream>>>(
-      p, L, t0, static_cast<int>(per_cta), scores, ld);
+  launch(kernel, dim3(nt, static_cast<unsigned>(chunks)), kScoreThreads, L.total, stream, p, L, t0,
+         static_cast<int>(per_cta), scores, ld);
   return cudaGetLastError();
 }
 
@@ -549,14 +553,14 @@ cudaError_t launch_indexer_topk(const IndexerParams& p, int t0, int nt, float* s
     if (e != cudaSuccess) return e;
   }
   if (p.key_bound <= kRegKeys) {
-    topk_reg_kernel<<<nt, kRegThreads, 0, stream>>>(p, t0, scores, ld);
+    launch(topk_reg_kernel, nt, kRegThreads, 0, stream, p, t0, scores, ld);
     return cudaGetLastError();
   }
   const int cache_cap = static_cast<int>(std::min<int64_t>(ld, kCacheFloats));
   e = prepare(dev, reinterpret_cast<const void*>(topk_kernel), &sms);
   if (e != cudaSuccess) return e;
-  topk_kernel<<<nt, kTopkThreads, cache_cap * sizeof(float), stream>>>(p, t0, scores, ld,
-                                                                       cache_cap);
+  launch(topk_kernel, nt, kTopkThreads, cache_cap * sizeof(float), stream, p, t0, scores, ld,
+         cache_cap);
   return cudaGetLastError();
 }
 

@@ -487,31 +487,35 @@ TEST(MoeCuda, GroupedFp8ExpertsMatchEmulation) {
 }
 
 // A token's rows depend on that token alone: run by itself, its expert outputs equal, bit for
-// bit, the ones it got inside the batch (what the engine's batch invariance rests on).
+// bit, the ones it got inside the batch (what the engine's batch invariance rests on). The
+// second batch's mean of 10 rows per expert makes the launcher put two row tiles in each weight
+// pass; the first batch and the single token take one.
 TEST(MoeCuda, GroupedFp8ExpertsAreBatchInvariant) {
   MLS_REQUIRE_GPU();
-  const int64_t E = 8, H = 256, I = 128, T = 19, K = 2;
+  const int64_t E = 8, H = 256, I = 128, K = 2;
   const Fp8Experts ex = make_experts(E, H, I, 900);
-  Tensor ids = cpu_empty({T, K}, DType::kI32);
-  std::mt19937 g(3);
-  for (int64_t t = 0; t < T; ++t) {
-    ids.data<int32_t>()[t * K] = static_cast<int32_t>(g() % 4);
-    ids.data<int32_t>()[t * K + 1] = 4 + static_cast<int32_t>(g() % 4);
-  }
-  const Tensor x = test::round_bf16(random_cpu({T, H}, 78));
-  const GroupedRun all = run_grouped(ex, x, ids, E, I);
-  for (int64_t t : {int64_t{0}, int64_t{11}, T - 1}) {
-    Tensor one_ids = cpu_empty({1, K}, DType::kI32), one_x = cpu_empty({1, H}, DType::kF32);
-    std::copy(ids.data<int32_t>() + t * K, ids.data<int32_t>() + (t + 1) * K,
-              one_ids.data<int32_t>());
-    std::copy(x.data<float>() + t * H, x.data<float>() + (t + 1) * H, one_x.data<float>());
-    const GroupedRun one = run_grouped(ex, one_x, one_ids, E, I);
-    for (int64_t i = 0; i < K; ++i) {
-      const int64_t rb = all.dest_row.data<int32_t>()[t * K + i];
-      const int64_t r1 = one.dest_row.data<int32_t>()[i];
-      for (int64_t n = 0; n < H; ++n)
-        ASSERT_EQ(all.y.data<float>()[rb * H + n], one.y.data<float>()[r1 * H + n])
-            << "token " << t << " slot " << i << " column " << n;
+  for (const int64_t T : {19, 40}) {
+    Tensor ids = cpu_empty({T, K}, DType::kI32);
+    std::mt19937 g(3);
+    for (int64_t t = 0; t < T; ++t) {
+      ids.data<int32_t>()[t * K] = static_cast<int32_t>(g() % 4);
+      ids.data<int32_t>()[t * K + 1] = 4 + static_cast<int32_t>(g() % 4);
+    }
+    const Tensor x = test::round_bf16(random_cpu({T, H}, 78));
+    const GroupedRun all = run_grouped(ex, x, ids, E, I);
+    for (int64_t t : {int64_t{0}, int64_t{11}, T - 1}) {
+      Tensor one_ids = cpu_empty({1, K}, DType::kI32), one_x = cpu_empty({1, H}, DType::kF32);
+      std::copy(ids.data<int32_t>() + t * K, ids.data<int32_t>() + (t + 1) * K,
+                one_ids.data<int32_t>());
+      std::copy(x.data<float>() + t * H, x.data<float>() + (t + 1) * H, one_x.data<float>());
+      const GroupedRun one = run_grouped(ex, one_x, one_ids, E, I);
+      for (int64_t i = 0; i < K; ++i) {
+        const int64_t rb = all.dest_row.data<int32_t>()[t * K + i];
+        const int64_t r1 = one.dest_row.data<int32_t>()[i];
+        for (int64_t n = 0; n < H; ++n)
+          ASSERT_EQ(all.y.data<float>()[rb * H + n], one.y.data<float>()[r1 * H + n])
+              << T << " tokens: token " << t << " slot " << i << " column " << n;
+      }
     }
   }
 }

@@ -50,6 +50,7 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
                             .offsets = offsets.data<int32_t>(),
                             .active = active,
                             .max_active = max_active,
+                            .rows = R,
                             .y = h.raw(),
                             .ldy = h.stride(0),
                             .N = I,

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/scratch_sizes.h"
 
@@ -53,6 +54,7 @@ constexpr int kRouteWarps = 4;
 // One warp per token; lane l holds experts l, l + 32, ... (kPer of them).
 template <int kPer>
 __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(RouteArgs a) {
+  pdl_begin();
   extern __shared__ float route_smem[];  // kRouteWarps × E biased scores, with groups only
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
@@ -153,7 +155,7 @@ template <int kPer>
 cudaError_t route(const RouteArgs& a, cudaStream_t stream) {
   const int64_t blocks = (a.T + kRouteWarps - 1) / kRouteWarps;
   const size_t smem = a.n_group > 1 ? sizeof(float) * kRouteWarps * a.E : 0;
-  moe_route_kernel<kPer><<<static_cast<unsigned>(blocks), kRouteWarps * 32, smem, stream>>>(a);
+  launch(moe_route_kernel<kPer>, static_cast<unsigned>(blocks), kRouteWarps * 32, smem, stream, a);
   return cudaGetLastError();
 }
 
@@ -257,6 +259,7 @@ __device__ void fill_dropped_rows(int32_t* src_token, int from, int n, int first
 // Shared: hist [nw][E] (per warp, per expert), off [E + 1], wsum [32].
 __global__ void moe_align_one_cta(AlignIn in, int chunk, int32_t* src_token, int32_t* dest_row,
                                   int32_t* offsets) {
+  pdl_begin();
   extern __shared__ int align_smem[];
   const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, E = in.E;
   int* hist = align_smem;
@@ -296,6 +299,7 @@ constexpr int kAlignWarps = 8;
 
 __global__ void __launch_bounds__(kAlignWarps * 32)
     moe_align_count(AlignIn in, int chunk, int W, int* hist) {
+  pdl_begin();
   extern __shared__ int align_smem[];  // cnt [kAlignWarps][E]
   const int warp = threadIdx.x >> 5, E = in.E;
   const int w0 = blockIdx.x * kAlignWarps;
@@ -313,6 +317,7 @@ __global__ void __launch_bounds__(kAlignWarps * 32)
 
 // One CTA per expert: its row of hist becomes an exclusive scan; totals[e] its sum.
 __global__ void moe_align_scan(int W, int* hist, int* totals) {
+  pdl_begin();
   __shared__ int wsum[32];
   const int total = block_exclusive_scan(hist + static_cast<int64_t>(blockIdx.x) * W, W, wsum);
   if (threadIdx.x == 0) totals[blockIdx.x] = total;
@@ -321,6 +326,7 @@ __global__ void moe_align_scan(int W, int* hist, int* totals) {
 __global__ void __launch_bounds__(kAlignWarps * 32)
     moe_align_place(AlignIn in, int chunk, int W, const int* hist, const int* totals,
                     int32_t* src_token, int32_t* dest_row, int32_t* offsets) {
+  pdl_begin();
   extern __shared__ int align_smem[];  // off [E + 1], run [kAlignWarps][E], wsum [32]
   const int warp = threadIdx.x >> 5, E = in.E;
   int* off = align_smem;
@@ -403,6 +409,7 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& x) {
 // of converting each row as it arrived.
 template <class Y, class O, int V>
 __global__ void __launch_bounds__(kUnpermuteThreads) moe_unpermute_kernel(UnpermuteArgs a) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   const int64_t h = (static_cast<int64_t>(blockIdx.y) * kUnpermuteThreads + threadIdx.x) * V;
   if (h >= a.H) return;
@@ -449,9 +456,9 @@ cudaError_t unpermute(const UnpermuteArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.T),
                   static_cast<unsigned>((cols + kUnpermuteThreads - 1) / kUnpermuteThreads));
   if (vec)
-    moe_unpermute_kernel<Y, O, 8><<<grid, kUnpermuteThreads, 0, stream>>>(a);
+    launch(moe_unpermute_kernel<Y, O, 8>, grid, kUnpermuteThreads, 0, stream, a);
   else
-    moe_unpermute_kernel<Y, O, 1><<<grid, kUnpermuteThreads, 0, stream>>>(a);
+    launch(moe_unpermute_kernel<Y, O, 1>, grid, kUnpermuteThreads, 0, stream, a);
   return cudaGetLastError();
 }
 
@@ -479,7 +486,7 @@ cudaError_t launch_moe_align(const int32_t* ids, int64_t T, int k, int64_t s0, i
     const int nw = ops::scratch::moe_one_cta_warps(E);
     const int chunk = ((in.n + nw - 1) / nw + 31) / 32 * 32;
     const size_t smem = sizeof(int) * (nw * E + E + 1 + 32);
-    moe_align_one_cta<<<1, nw * 32, smem, stream>>>(in, chunk, src_token, dest_row, offsets);
+    launch(moe_align_one_cta, 1, nw * 32, smem, stream, in, chunk, src_token, dest_row, offsets);
     return cudaGetLastError();
   }
   const int chunk = ops::scratch::moe_align_chunk(in.n);
@@ -487,11 +494,11 @@ cudaError_t launch_moe_align(const int32_t* ids, int64_t T, int k, int64_t s0, i
   const unsigned blocks = static_cast<unsigned>((W + kAlignWarps - 1) / kAlignWarps);
   int* hist = static_cast<int*>(workspace);
   int* totals = hist + static_cast<int64_t>(W) * E;
-  moe_align_count<<<blocks, kAlignWarps * 32, sizeof(int) * kAlignWarps * E, stream>>>(in, chunk, W,
-                                                                                       hist);
-  moe_align_scan<<<E, 256, 0, stream>>>(W, hist, totals);
-  moe_align_place<<<blocks, kAlignWarps * 32, sizeof(int) * ((kAlignWarps + 1) * E + 1 + 32),
-                    stream>>>(in, chunk, W, hist, totals, src_token, dest_row, offsets);
+  launch(moe_align_count, blocks, kAlignWarps * 32, sizeof(int) * kAlignWarps * E, stream, in,
+         chunk, W, hist);
+  launch(moe_align_scan, E, 256, 0, stream, W, hist, totals);
+  launch(moe_align_place, blocks, kAlignWarps * 32, sizeof(int) * ((kAlignWarps + 1) * E + 1 + 32),
+         stream, in, chunk, W, hist, totals, src_token, dest_row, offsets);
   return cudaGetLastError();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/norm_kernels.h"
 #include "ops/cuda/vec_io.cuh"
 
@@ -92,6 +93,7 @@ __device__ inline float row_sum(float v, float* smem) {
 // (kWarp, short rows, several rows per block) or one block's.
 template <Mode M, class TX, class TD, class TY, bool kWarp, int P>
 __global__ void __launch_bounds__(512) norm_cached(NormRows p) {
+  pdl_begin();
   __shared__ float smem[32];
   const int64_t row = kWarp
                           ? static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32
@@ -174,6 +176,7 @@ __global__ void __launch_bounds__(512) norm_cached(NormRows p) {
 // aliasing y with x or delta is safe.
 template <Mode M, class TX, class TD, class TY>
 __global__ void __launch_bounds__(256) norm_generic(NormRows p) {
+  pdl_begin();
   __shared__ float smem[32];
   const int64_t row = blockIdx.x;
   TX* x = static_cast<TX*>(p.x) + row * p.x_stride;
@@ -223,11 +226,11 @@ cudaError_t launch_typed(const NormRows& p, cudaStream_t stream) {
     constexpr int kWarps = 4;
     const unsigned grid = static_cast<unsigned>((p.rows + kWarps - 1) / kWarps);
     if (packs <= 32)
-      norm_cached<M, TX, TD, TY, true, 1><<<grid, 32 * kWarps, 0, stream>>>(p);
+      launch(norm_cached<M, TX, TD, TY, true, 1>, grid, 32 * kWarps, 0, stream, p);
     else if (packs <= 64)
-      norm_cached<M, TX, TD, TY, true, 2><<<grid, 32 * kWarps, 0, stream>>>(p);
+      launch(norm_cached<M, TX, TD, TY, true, 2>, grid, 32 * kWarps, 0, stream, p);
     else
-      norm_cached<M, TX, TD, TY, true, 4><<<grid, 32 * kWarps, 0, stream>>>(p);
+      launch(norm_cached<M, TX, TD, TY, true, 4>, grid, 32 * kWarps, 0, stream, p);
   } else if (vec && packs <= 4 * 512) {
     // Up to 256 threads with as few packs each as that allows (n = 6144: 256 threads of 3
     // packs), more threads beyond 8192 values: several CTAs per SM keep enough loads in flight.
@@ -235,15 +238,15 @@ cudaError_t launch_typed(const NormRows& p, cudaStream_t stream) {
     const int threads = static_cast<int>((packs + 32 * per_thread - 1) / (32 * per_thread)) * 32;
     const unsigned grid = static_cast<unsigned>(p.rows);
     if (per_thread == 1)
-      norm_cached<M, TX, TD, TY, false, 1><<<grid, threads, 0, stream>>>(p);
+      launch(norm_cached<M, TX, TD, TY, false, 1>, grid, threads, 0, stream, p);
     else if (per_thread == 2)
-      norm_cached<M, TX, TD, TY, false, 2><<<grid, threads, 0, stream>>>(p);
+      launch(norm_cached<M, TX, TD, TY, false, 2>, grid, threads, 0, stream, p);
     else if (per_thread == 3)
-      norm_cached<M, TX, TD, TY, false, 3><<<grid, threads, 0, stream>>>(p);
+      launch(norm_cached<M, TX, TD, TY, false, 3>, grid, threads, 0, stream, p);
     else
-      norm_cached<M, TX, TD, TY, false, 4><<<grid, threads, 0, stream>>>(p);
+      launch(norm_cached<M, TX, TD, TY, false, 4>, grid, threads, 0, stream, p);
   } else {
-    norm_generic<M, TX, TD, TY><<<static_cast<unsigned>(p.rows), 256, 0, stream>>>(p);
+    launch(norm_generic<M, TX, TD, TY>, static_cast<unsigned>(p.rows), 256, 0, stream, p);
   }
   return cudaGetLastError();
 }

@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/rope_kernels.h"
 
 namespace mls::ops::cuda::kernels {
@@ -31,6 +32,7 @@ template <class T>
 __global__ void __launch_bounds__(256)
     rope_kernel(T* x, int64_t heads, int64_t token_stride, int64_t head_stride, int64_t offset,
                 const int32_t* positions, RopeFreqs f, bool interleaved) {
+  pdl_begin();
   __shared__ float cs[kMaxRopeHalf], sn[kMaxRopeHalf];
   const int64_t t = blockIdx.x;
   const int half = f.half;
@@ -92,13 +94,11 @@ cudaError_t launch_apply_rope(void* x, DType dtype, int64_t tokens, int64_t head
   const int threads = 32 * static_cast<int>(heads < 8 ? heads : 8);
   const unsigned grid = static_cast<unsigned>(tokens);
   if (dtype == DType::kF32)
-    rope_kernel<float><<<grid, threads, 0, stream>>>(static_cast<float*>(x), heads, token_stride,
-                                                     head_stride, offset, positions, freqs,
-                                                     interleaved);
+    launch(rope_kernel<float>, grid, threads, 0, stream, static_cast<float*>(x), heads,
+           token_stride, head_stride, offset, positions, freqs, interleaved);
   else
-    rope_kernel<bf16><<<grid, threads, 0, stream>>>(static_cast<bf16*>(x), heads, token_stride,
-                                                    head_stride, offset, positions, freqs,
-                                                    interleaved);
+    launch(rope_kernel<bf16>, grid, threads, 0, stream, static_cast<bf16*>(x), heads, token_stride,
+           head_stride, offset, positions, freqs, interleaved);
   return cudaGetLastError();
 }
 

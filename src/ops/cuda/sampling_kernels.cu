@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/sampling_kernels.h"
 #include "ops/scratch_sizes.h"
 
@@ -312,6 +313,7 @@ constexpr int kSliceThreads = 256;
 
 __global__ void __launch_bounds__(kSliceThreads)
     greedy_slice_kernel(const __grid_constant__ SampleArgs a) {
+  pdl_begin();
   const int row = blockIdx.y;
   if (!a.rows[row].greedy) return;
   __shared__ float redf[kSliceThreads / 32];
@@ -521,6 +523,7 @@ __device__ Pick select(Smem& s, const RowCtx& c, const Limit& lim, const Crit& c
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant__ SampleArgs a) {
+  pdl_begin();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>(smem_raw);
   const int row = blockIdx.x;
@@ -652,6 +655,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
 // One thread per mask word: its 32 logits.
 __global__ void apply_token_mask_kernel(float* logits, int64_t stride, int V, int R,
                                         const uint32_t* mask) {
+  pdl_begin();
   const int words = (V + 31) / 32;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(words) * R) return;
@@ -670,8 +674,8 @@ cudaError_t launch_apply_token_mask(float* logits, int64_t stride, int V, int R,
   const int64_t n = static_cast<int64_t>((V + 31) / 32) * R;
   if (n == 0) return cudaSuccess;
   const int threads = 256;
-  apply_token_mask_kernel<<<static_cast<unsigned int>((n + threads - 1) / threads), threads, 0,
-                            stream>>>(logits, stride, V, R, mask);
+  launch(apply_token_mask_kernel, static_cast<unsigned int>((n + threads - 1) / threads), threads,
+         0, stream, logits, stride, V, R, mask);
   return cudaGetLastError();
 }
 
@@ -681,12 +685,13 @@ cudaError_t launch_sample_rows(const SampleArgs& a, cudaStream_t stream) {
       sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(Smem)));
   if (e != cudaSuccess) return e;
   if (a.splits > 1) {
-    greedy_slice_kernel<<<dim3(static_cast<unsigned int>(a.splits), static_cast<unsigned int>(a.R)),
-                          kSliceThreads, 0, stream>>>(a);
+    launch(greedy_slice_kernel,
+           dim3(static_cast<unsigned int>(a.splits), static_cast<unsigned int>(a.R)), kSliceThreads,
+           0, stream, a);
     const cudaError_t le = cudaGetLastError();
     if (le != cudaSuccess) return le;
   }
-  sample_kernel<<<a.R, kThreads, sizeof(Smem), stream>>>(a);
+  launch(sample_kernel, a.R, kThreads, sizeof(Smem), stream, a);
   return cudaGetLastError();
 }
 

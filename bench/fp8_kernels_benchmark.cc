@@ -1,0 +1,294 @@
+// The block-FP8 decode kernels at the GLM-5 shapes, each timed alone on the GPU: the skinny GEMM
+// of every decode linear (1 and 8 tokens) and the grouped expert GEMMs (gate·up with SiLU, down)
+// at decode batch sizes, for each tuning the launchers choose between, so that a launcher's
+// choice is a measurement (bench/RESULTS.md). Launches are captured in a CUDA graph, as serving
+// replays them, and rotate over enough weight copies that every launch reads its weights from
+// DRAM. Figures: µs per launch and the weight bytes read per second against the 4.8 TB/s floor.
+//
+//   fp8_kernels_benchmark [--iters N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/cuda/fp8_quant_kernels.h"
+#include "ops/cuda/moe_fp8_kernels.h"
+
+namespace {
+
+namespace k = mls::ops::cuda::kernels;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+template <typename T>
+T* device_alloc(size_t count) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
+  return static_cast<T*>(p);
+}
+
+// Bytes of e4m3 values spread over [-2, 2] (no NaN encodings), filled on the host once.
+void fill_fp8(uint8_t* dst, size_t bytes) {
+  std::vector<uint8_t> host(std::min<size_t>(bytes, size_t{64} << 20));
+  std::mt19937 g(7);
+  for (auto& b : host) b = static_cast<uint8_t>((g() % 0x40) | (g() & 0x80));
+  for (size_t off = 0; off < bytes; off += host.size())
+    check(cudaMemcpy(dst + off, host.data(), std::min(host.size(), bytes - off),
+                     cudaMemcpyHostToDevice),
+          "fill");
+}
+
+void fill_f32(float* dst, size_t count, float value) {
+  std::vector<float> host(count, value);
+  check(cudaMemcpy(dst, host.data(), count * sizeof(float), cudaMemcpyHostToDevice), "fill");
+}
+
+// µs per launch of `launch(i)` (i = 0 .. iters - 1) captured into one graph and replayed.
+double time_graph(cudaStream_t stream, int iters, const std::function<void(int)>& launch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < iters; ++i) launch(i);
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  check(cudaGraphLaunch(exec, stream), "warm-up");
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  float best = 1e30f;
+  for (int rep = 0; rep < 3; ++rep) {
+    check(cudaEventRecord(a, stream), "record");
+    check(cudaGraphLaunch(exec, stream), "replay");
+    check(cudaEventRecord(b, stream), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    best = std::min(best, ms);
+  }
+  check(cudaGetLastError(), "kernels");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return best * 1e3 / iters;
+}
+
+constexpr double kFloorTBs = 4.8;
+constexpr size_t kRotateBytes = size_t{512} << 20;  // weight copies per shape: past the 50 MB L2
+
+struct Linear {
+  const char* name;
+  int64_t N, K;
+};
+
+// The FP8 linears of one GLM-5 decode step (bench/models/glm5-shaped).
+const Linear kLinears[] = {
+    {"q_a", 2048, 6144},         {"kv_a", 576, 6144},
+    {"q_b", 16384, 2048},        {"o_proj", 6144, 16384},
+    {"indexer wq", 4096, 2048},  {"shared gate/up", 2048, 6144},
+    {"shared down", 6144, 2048}, {"dense gate/up", 12288, 6144},
+    {"dense down", 6144, 12288},
+};
+
+void bench_skinny(cudaStream_t stream, int num_sms, int iters) {
+  std::printf("skinny FP8 GEMM (µs per launch, weight TB/s, %% of %.1f)\n", kFloorTBs);
+  const int64_t max_t = 8, max_k = 16384, max_n = 16384;
+  uint8_t* xq = device_alloc<uint8_t>(max_t * max_k);
+  fill_fp8(xq, max_t * max_k);
+  float* xs = device_alloc<float>(max_t * (max_k / 128));
+  fill_f32(xs, max_t * (max_k / 128), 0.01f);
+  void* y = device_alloc<uint16_t>(max_t * max_n);
+  const size_t partial_bytes = size_t{16} * max_t * max_n * sizeof(float);
+  float* partial = device_alloc<float>(partial_bytes / sizeof(float));
+  const int64_t num_counters = 4096;
+  int* counters = device_alloc<int>(num_counters);
+  check(cudaMemset(counters, 0, num_counters * sizeof(int)), "memset");
+  for (const Linear& l : kLinears) {
+    const size_t bytes = static_cast<size_t>(l.N * l.K);
+    const int copies = static_cast<int>(std::max<size_t>(2, kRotateBytes / bytes));
+    uint8_t* w = device_alloc<uint8_t>(bytes * copies);
+    fill_fp8(w, bytes * copies);
+    const int64_t scales = (l.N + 127) / 128 * ((l.K + 127) / 128);
+    float* ws = device_alloc<float>(scales);
+    fill_f32(ws, scales, 0.02f);
+    for (const int64_t T : {int64_t{1}, int64_t{8}}) {
+      std::printf("  %-15s N %5ld K %5ld T %ld:", l.name, static_cast<long>(l.N),
+                  static_cast<long>(l.K), static_cast<long>(T));
+      for (const int flight : {2, 4})
+        for (const int per_sm : {2, 3, 4}) {
+          k::Fp8GemmArgs a{.w = w,
+                           .w_scale = ws,
+                           .xq = xq,
+                           .ldq = l.K,
+                           .x_scale = xs,
+                           .x_scale_ld = T,
+                           .y = y,
+                           .ldy = l.N,
+                           .N = l.N,
+                           .K = l.K,
+                           .T = T,
+                           .accumulate = false,
+                           .partial = partial,
+                           .partial_bytes = partial_bytes,
+                           .counters = counters,
+                           .num_counters = num_counters,
+                           .num_sms = num_sms,
+                           .blocks_in_flight = flight,
+                           .ctas_per_sm = per_sm};
+          const double us = time_graph(stream, iters, [&](int i) {
+            a.w = w + bytes * (i % copies);
+            check(k::launch_fp8_gemm_skinny(a, stream), "skinny");
+          });
+          const double tbs = static_cast<double>(bytes) / us * 1e-6;
+          std::printf("  [%d/%d] %6.2f %4.2f (%2.0f%%)", flight, per_sm, us, tbs,
+                      100 * tbs / kFloorTBs);
+        }
+      std::printf("\n");
+    }
+    cudaFree(w);
+    cudaFree(ws);
+  }
+  const int64_t K = 6144;
+  for (const int64_t T : {int64_t{1}, int64_t{8}, int64_t{256}}) {
+    const double us = time_graph(stream, iters, [&](int) {
+      check(k::launch_quantize_fp8_act(y, K, T, K, K, T, xq, xs, stream), "quantise");
+    });
+    std::printf("  activation quantisation, K %ld, T %ld: %.2f µs\n", static_cast<long>(K),
+                static_cast<long>(T), us);
+  }
+  cudaFree(xq);
+  cudaFree(xs);
+  cudaFree(y);
+  cudaFree(partial);
+  cudaFree(counters);
+}
+
+// GLM-5's routed experts: 256 of hidden 6144, intermediate 2048, 8 per token, chosen uniformly
+// at random (a dummy model's router), each weight and scale at its own address as loaded.
+void bench_experts(cudaStream_t stream, int iters) {
+  const int64_t E = 256, H = 6144, I = 2048, top_k = 8;
+  std::printf("grouped FP8 experts (µs per launch, TB/s of the active experts' weights)\n");
+  const size_t gate_bytes = static_cast<size_t>(I * H), down_bytes = static_cast<size_t>(H * I);
+  uint8_t* weights = device_alloc<uint8_t>(E * (2 * gate_bytes + down_bytes));
+  fill_fp8(weights, E * (2 * gate_bytes + down_bytes));
+  const int64_t gu_scales = (I / 128) * (H / 128), down_scales = (H / 128) * (I / 128);
+  float* scales = device_alloc<float>(E * (2 * gu_scales + down_scales));
+  fill_f32(scales, E * (2 * gu_scales + down_scales), 0.02f);
+  std::vector<uint64_t> table(6 * E);
+  for (int64_t e = 0; e < E; ++e) {
+    uint8_t* base = weights + e * (2 * gate_bytes + down_bytes);
+    float* sbase = scales + e * (2 * gu_scales + down_scales);
+    table[0 * E + e] = reinterpret_cast<uint64_t>(base);
+    table[1 * E + e] = reinterpret_cast<uint64_t>(base + gate_bytes);
+    table[2 * E + e] = reinterpret_cast<uint64_t>(base + 2 * gate_bytes);
+    table[3 * E + e] = reinterpret_cast<uint64_t>(sbase);
+    table[4 * E + e] = reinterpret_cast<uint64_t>(sbase + gu_scales);
+    table[5 * E + e] = reinterpret_cast<uint64_t>(sbase + 2 * gu_scales);
+  }
+  uint64_t* dtable = device_alloc<uint64_t>(table.size());
+  check(cudaMemcpy(dtable, table.data(), table.size() * sizeof(uint64_t), cudaMemcpyHostToDevice),
+        "table");
+  const int64_t max_rows = 512 * top_k;
+  uint8_t* xq = device_alloc<uint8_t>(max_rows * H);
+  fill_fp8(xq, max_rows * H);
+  float* xs = device_alloc<float>(max_rows * (H / 128));
+  fill_f32(xs, max_rows * (H / 128), 0.01f);
+  void* y = device_alloc<uint16_t>(max_rows * H);
+  int32_t* offsets = device_alloc<int32_t>(E + 1);
+  int32_t* active = device_alloc<int32_t>(E + 1);
+  std::mt19937 g(11);
+  for (const int64_t T : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{256}, int64_t{512}}) {
+    std::vector<int32_t> count(E, 0);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> ids(E);
+      for (int64_t e = 0; e < E; ++e) ids[e] = static_cast<int32_t>(e);
+      std::shuffle(ids.begin(), ids.end(), g);
+      for (int64_t j = 0; j < top_k; ++j) ++count[ids[j]];
+    }
+    std::vector<int32_t> off(E + 1, 0);
+    int64_t used = 0, most = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      off[e + 1] = off[e] + count[e];
+      used += count[e] > 0;
+      most = std::max<int64_t>(most, count[e]);
+    }
+    check(cudaMemcpy(offsets, off.data(), off.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+          "offsets");
+    check(k::launch_moe_active_experts(offsets, static_cast<int>(E), active, stream), "active");
+    const int64_t R = T * top_k;
+    std::printf("  batch %3ld: %3ld experts active, at most %2ld rows:", static_cast<long>(T),
+                static_cast<long>(used), static_cast<long>(most));
+    for (const bool gated : {true, false}) {
+      const size_t bytes = used * (gated ? 2 * gate_bytes : down_bytes);
+      for (const int tiles : {1, 2}) {
+        k::MoeFp8GemmArgs a{.w1 = dtable + (gated ? 0 : 2) * E,
+                            .s1 = dtable + (gated ? 3 : 5) * E,
+                            .w2 = gated ? dtable + 1 * E : nullptr,
+                            .s2 = gated ? dtable + 4 * E : nullptr,
+                            .sw_ld = (gated ? H : I) / 128,
+                            .xq = xq,
+                            .ldq = gated ? H : I,
+                            .x_scale = xs,
+                            .x_scale_ld = R,
+                            .offsets = offsets,
+                            .active = active,
+                            .max_active = static_cast<int>(std::min(E, R)),
+                            .rows = R,
+                            .tiles_per_pass = tiles,
+                            .y = y,
+                            .ldy = gated ? I : H,
+                            .N = gated ? I : H,
+                            .K = gated ? H : I,
+                            .gated = gated};
+        const double us = time_graph(
+            stream, iters, [&](int) { check(k::launch_moe_fp8_gemm(a, stream), "experts"); });
+        const double tbs = static_cast<double>(bytes) / us * 1e-6;
+        std::printf("  %s x%d %7.1f %4.2f (%2.0f%%)", gated ? "gate·up" : "down", tiles, us, tbs,
+                    100 * tbs / kFloorTBs);
+      }
+    }
+    std::printf("\n");
+  }
+  cudaFree(weights);
+  cudaFree(scales);
+  cudaFree(dtable);
+  cudaFree(xq);
+  cudaFree(xs);
+  cudaFree(y);
+  cudaFree(offsets);
+  cudaFree(active);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 50;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(1, std::atoi(argv[i + 1]));
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("fp8_kernels_benchmark: no CUDA device here, nothing measured\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("%s, %d SMs, %d graph-captured launches per figure\n", prop.name,
+              prop.multiProcessorCount, iters);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  bench_skinny(stream, prop.multiProcessorCount, iters);
+  bench_experts(stream, std::max(1, iters / 5));
+  return 0;
+}

@@ -1,0 +1,53 @@
+// Every kernel of the CUDA backend is launched through `launch` with programmatic dependent
+// launch (Hopper): the next kernel of the stream is scheduled while the current one's last CTAs
+// still run, and waits on the device (griddepcontrol.wait) until its predecessor has finished
+// and its writes are visible, instead of paying the launch and CTA start-up after it. A decode
+// step is about 150 kernels of a few microseconds each, so that gap is a large share of it.
+// CUDA graph capture keeps these edges. The contract: a kernel launched here calls `pdl_begin()`
+// before anything else, so it reads and writes nothing of its predecessor's before that
+// predecessor completes. MLASERVE_DISABLE_PDL=1 in the environment launches every kernel
+// plainly (bisecting a suspected ordering bug); griddepcontrol.wait is then a no-op.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <utility>
+
+namespace mls::ops::cuda::kernels {
+
+// First statement of every kernel launched through `launch`: lets the stream's next kernel be
+// scheduled now (it waits for this one in its own pdl_begin), then waits for this kernel's
+// predecessor.
+__device__ __forceinline__ void pdl_begin() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+inline bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MLASERVE_DISABLE_PDL");
+    return v == nullptr || v[0] == '\0' || v[0] == '0';
+  }();
+  return enabled;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialisation; the
+// launch error, if any, is left for cudaGetLastError as with <<<>>>.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace mls::ops::cuda::kernels

@@ -52,11 +52,11 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
     const Tensor h_all = c.q_lora_rank > 0 ? Tensor() : gather_from_layout(h, layout, step, par, a);
 
     MlaAttention mla(c, k, layer);
-    Tensor q, q_resid;
-    mla.project(w, step, kv.latent[layer], proj, h_all, q, q_resid);
+    Tensor q, index_q;
+    mla.project(w, step, kv.latent[layer], proj, h_all, q, index_q);
     switch (c.indexer(layer)) {
       case io::IndexerKind::kFull:
-        chosen = dsa_indexer(c, k, layer, w, step, kv.index_key[layer], proj, q_resid);
+        chosen = dsa_indexer(c, k, layer, w, step, kv.index_key[layer], proj, index_q);
         break;
       case io::IndexerKind::kShared:
         break;  // reuse the most recent full layer's selection

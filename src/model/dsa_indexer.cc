@@ -12,15 +12,13 @@ namespace mls {
 
 Tensor dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t layer,
                    const LayerWeights& w, const StepContext& step, Tensor& index_cache,
-                   const Tensor& proj, const Tensor& q_resid) {
+                   const Tensor& proj, Tensor& q) {
   Allocator& a = *step.alloc;
   const int64_t N = proj.dim(0), hi = c.index_n_heads, di = c.index_head_dim;
   const FusedAColumns cols = FusedAColumns::of(c, layer);
   const auto act = MemTag::kActivation;
   const DType dt = k.act;
 
-  Tensor q = Tensor::empty({N, hi * di}, dt, act, a);
-  ops::linear(q_resid, w.idx_wq_b, q);
   Tensor q3 = q.view({N, hi, di});
   ops::apply_rope(q3, 0, step.positions, k.rope, k.indexer_rope_style);  // rope part first
 

@@ -9,11 +9,12 @@
 
 namespace mls {
 
-// a: the fused replicated projection [N, Wa] (holding wk and weights_proj outputs); q_resid:
-// q_a_layernorm output [N, rq]. Writes the new tokens' indexer keys into the cache and returns,
-// per sequence, chosen i32 [num_new, topk].
+// a: the fused replicated projection [N, Wa] (holding wk and weights_proj outputs); q: the
+// indexer's queries [N, hi·di] before RoPE (wq_b of q_a_layernorm's output, from
+// MlaAttention::project), rotated here in place. Writes the new tokens' indexer keys into the cache
+// and returns, per sequence, chosen i32 [num_new, topk].
 Tensor dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t layer,
                    const LayerWeights& w, const StepContext& step, Tensor& index_cache,
-                   const Tensor& a, const Tensor& q_resid);
+                   const Tensor& a, Tensor& q);
 
 }  // namespace mls

@@ -9,7 +9,7 @@
 namespace mls {
 
 void MlaAttention::project(const LayerWeights& w, const StepContext& step, Tensor& latent_cache,
-                           const Tensor& a, const Tensor& h, Tensor& q, Tensor& q_resid) const {
+                           const Tensor& a, const Tensor& h, Tensor& q, Tensor& index_q) const {
   Allocator& al = *step.alloc;
   const auto act = MemTag::kActivation;
   const DType dt = k_.act;
@@ -17,11 +17,18 @@ void MlaAttention::project(const LayerWeights& w, const StepContext& step, Tenso
   const int64_t rkv = c_.kv_lora_rank, dr = c_.qk_rope_head_dim;
   const FusedAColumns cols = FusedAColumns::of(c_, layer_);
 
+  const bool indexer = c_.indexer(layer_) == io::IndexerKind::kFull;
+  MLS_CHECK(!indexer || c_.q_lora_rank > 0, "layer {}: a DSA indexer needs q_lora_rank > 0",
+            layer_);
   q = Tensor::empty({N, nh * dq}, dt, act, al);
+  if (indexer) index_q = Tensor::empty({N, c_.index_n_heads * c_.index_head_dim}, dt, act, al);
   if (c_.q_lora_rank > 0) {
-    q_resid = Tensor::empty({N, c_.q_lora_rank}, dt, act, al);
+    Tensor q_resid = Tensor::empty({N, c_.q_lora_rank}, dt, act, al);
     ops::rms_norm(a.narrow(1, cols.q, c_.q_lora_rank), w.q_a_norm, 1e-6f, q_resid);
-    ops::linear(q_resid, w.q_b_proj, q);
+    if (indexer)
+      ops::linear_pair(q_resid, w.q_b_proj, q, w.idx_wq_b, index_q);
+    else
+      ops::linear(q_resid, w.q_b_proj, q);
   } else {
     ops::linear(h, w.q_proj, q);
   }

@@ -18,9 +18,11 @@ class MlaAttention {
 
   // Step 1: from the fused replicated projection `a` [N, Wa] (see LayerWeights::fused_a):
   // q_a_layernorm, q_b_proj, kv_a_layernorm, RoPE, cache write. Returns q (local heads
-  // [N, nh, dq]) and q_resid [N, rq]. Without q_lora, q = q_proj(h) and h must be replicated.
+  // [N, nh, dq]) and, on a layer that owns a DSA indexer, its queries index_q [N, hi·di]
+  // (the indexer's wq_b of q_a_layernorm's output, computed beside q_b_proj: one input, so one
+  // ops::linear_pair). Without q_lora, q = q_proj(h) and h must be replicated.
   void project(const LayerWeights& w, const StepContext& step, Tensor& latent_cache,
-               const Tensor& a, const Tensor& h, Tensor& q, Tensor& q_resid) const;
+               const Tensor& a, const Tensor& h, Tensor& q, Tensor& index_q) const;
   // Step 2: attention over the cache (restricted to the DSA indexer's `chosen` [N, topk] when
   // defined), then o_proj.
   Tensor attend(const LayerWeights& w, const StepContext& step, const Tensor& latent_cache,

@@ -10,8 +10,7 @@ void mlp_forward_into(const MlpWeights& w, const Tensor& x, Tensor& out, Tensor 
   const int64_t T = x.dim(0);
   gate = gate.narrow(0, 0, T);
   up = up.narrow(0, 0, T);
-  ops::linear(x, w.gate, gate);
-  ops::linear(x, w.up, up);
+  ops::linear_pair(x, w.gate, gate, w.up, up);
   ops::silu_mul(gate, up, gate);
   ops::linear(gate, w.down, out, accumulate);
 }

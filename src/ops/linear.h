@@ -9,10 +9,12 @@
 namespace mls::ops {
 namespace cpu {
 void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
+void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2);
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
 }  // namespace cpu
 namespace cuda {
 void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
+void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2);
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
 void take_linear_workspace();
 void pad_block_scale(const Tensor& scale, Tensor& padded);
@@ -118,6 +120,25 @@ inline void linear_contract(const Tensor& x, const Tensor& w, const Tensor& y, b
 // accumulate: y += x·Wᵀ instead of y = x·Wᵀ.
 inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate = false) {
   MLS_DISPATCH_SCRATCH(y, linear_scratch(x, w), linear, x, w, y, accumulate);
+}
+
+// Two linears of one input: y1 = x·W1ᵀ and y2 = x·W2ᵀ, each as ops::linear computes it, in
+// fewer launches where the device can (two block-FP8 weights on a GPU: one quantisation of x,
+// and one launch of the decode GEMM for both). Each pair meets linear's contract (the weights'
+// dtypes may differ: a weight whose slice is not whole 128 × 128 blocks stays bf16), and y1 and
+// y2 do not overlap.
+inline void linear_pair_contract(const Tensor& x, const Tensor& w1, const Tensor& y1,
+                                 const Tensor& w2, const Tensor& y2) {
+  linear_contract(x, w1, y1);
+  linear_contract(x, w2, y2);
+  Contract("linear_pair", y1).disjoint("y2", y2, "y1", y1);
+}
+
+// The scratch of one quantisation of x, for whichever weight is block-FP8 (both share it).
+inline void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2,
+                        Tensor& y2) {
+  MLS_DISPATCH_SCRATCH(y1, linear_scratch(x, w1.dtype() == DType::kFP8E4M3 ? w1 : w2), linear_pair,
+                       x, w1, y1, w2, y2);
 }
 
 // Per-head products, one call for all heads b: y[:, b, :] = x[:, b, :] · W[b]ᵀ with

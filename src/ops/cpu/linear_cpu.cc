@@ -19,6 +19,11 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
               accumulate ? 1.0f : 0.0f, y.data<float>(), ld(y));
 }
 
+void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2) {
+  linear(x, w1, y1, false);
+  linear(x, w2, y2, false);
+}
+
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
   for (int64_t b = 0; b < w.dim(0); ++b) {
     Tensor yb = y.select(1, b);

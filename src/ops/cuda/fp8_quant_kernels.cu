@@ -115,27 +115,42 @@ __device__ __forceinline__ uint4 load16(const uint8_t* row, int64_t k, int64_t K
   return v;
 }
 
-__device__ __forceinline__ void store_out(const Fp8GemmArgs& a, int64_t tok, int64_t row, float v) {
-  __nv_bfloat16* y = static_cast<__nv_bfloat16*>(a.y) + tok * a.ldy + row;
-  if (a.accumulate) v += __bfloat162float(*y);
+__device__ __forceinline__ void store_out(const Fp8GemmOutput& o, bool accumulate, int64_t tok,
+                                          int64_t row, float v) {
+  __nv_bfloat16* y = static_cast<__nv_bfloat16*>(o.y) + tok * o.ldy + row;
+  if (accumulate) v += __bfloat162float(*y);
   *y = __float2bfloat16(v);
 }
 
-template <int NT, bool kVecW, int kU>
+// The grid's row tiles are output 0's, then output 1's; each output has its own K split (grid.z
+// is the larger) and its own region of the partials.
+struct SkinnySplit {
+  int tiles0;
+  int ksplit[2];
+};
+
+template <int NT, bool kVecW>
 __global__ void __launch_bounds__(kWarps * 32)
-    fp8_gemm_skinny_kernel(const Fp8GemmArgs a, int ksplit) {
+    fp8_gemm_skinny_kernel(const Fp8GemmArgs a, const SkinnySplit sp) {
   pdl_begin();
   constexpr int kE = NT * 4;  // accumulator registers per lane
+  constexpr int kU = 2;       // K blocks in flight per warp
   __shared__ float red[kWarps][kE][32];
   __shared__ bool last;
 
+  const int out = static_cast<int>(blockIdx.y) < sp.tiles0 ? 0 : 1;
+  const int ksplit = out == 0 ? sp.ksplit[0] : sp.ksplit[1];
+  const int split = blockIdx.z;
+  if (split >= ksplit) return;
+  const Fp8GemmOutput o = out == 0 ? a.out[0] : a.out[1];
+  float* const partial =
+      a.partial + (out == 0 ? 0 : static_cast<int64_t>(sp.ksplit[0]) * a.T * a.out[0].N);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * 8 * NT;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * 16;
-  const int split = blockIdx.z;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.y) - (out == 0 ? 0 : sp.tiles0)) * 16;
   const int64_t KB = (a.K + 127) / 128;
   const int64_t kb_begin = KB * split / ksplit, kb_end = KB * (split + 1) / ksplit;
-  const float* sw_row = a.w_scale + (n0 / 128) * KB;  // 16 rows share one scale row
+  const float* sw_row = o.w_scale + (n0 / 128) * KB;  // 16 rows share one scale row
 
   // This lane's A rows g and g + 8 of the 16-row tile, and B column (token) g of each 8-token
   // tile j.
@@ -144,8 +159,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t row = n0 + g + 8 * r;
-    wok[r] = row < a.N;
-    wrow[r] = a.w + (wok[r] ? row : 0) * a.K;
+    wok[r] = row < o.N;
+    wrow[r] = o.w + (wok[r] ? row : 0) * a.K;
   }
   const uint8_t* xrow[NT];
   bool xok[NT];
@@ -239,14 +254,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int idx = threadIdx.x; idx < kE * 32; idx += blockDim.x) {
     int64_t row, tok;
     coords(idx, row, tok);
-    if (row >= a.N || tok >= a.T) continue;
+    if (row >= o.N || tok >= a.T) continue;
     float v = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) v += red[w][idx >> 5][idx & 31];
     if (direct)
-      store_out(a, tok, row, v);
+      store_out(o, a.accumulate, tok, row, v);
     else
-      a.partial[(split * a.T + tok) * a.N + row] = v;
+      partial[(split * a.T + tok) * o.N + row] = v;
   }
   if (direct) return;
 
@@ -263,44 +278,57 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int idx = threadIdx.x; idx < kE * 32; idx += blockDim.x) {
     int64_t row, tok;
     coords(idx, row, tok);
-    if (row >= a.N || tok >= a.T) continue;
+    if (row >= o.N || tok >= a.T) continue;
     float v = 0.0f;
-    for (int s = 0; s < ksplit; ++s) v += __ldcg(a.partial + (s * a.T + tok) * a.N + row);
-    store_out(a, tok, row, v);
+    for (int s = 0; s < ksplit; ++s) v += __ldcg(partial + (s * a.T + tok) * o.N + row);
+    store_out(o, a.accumulate, tok, row, v);
   }
 }
 
-template <int NT, int kU>
-void launch_skinny_kernel(const Fp8GemmArgs& a, dim3 grid, int ksplit, cudaStream_t stream) {
-  const bool vec = a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
-  if (vec)
-    launch(fp8_gemm_skinny_kernel<NT, true, kU>, grid, kWarps * 32, 0, stream, a, ksplit);
-  else
-    launch(fp8_gemm_skinny_kernel<NT, false, kU>, grid, kWarps * 32, 0, stream, a, ksplit);
+// Split K until about two CTAs per SM are in flight, keeping >= kWarps K blocks per CTA (the
+// split of an output depends on its own sizes only: it is the same alone or beside another).
+int64_t skinny_ksplit(const Fp8GemmArgs& a, int64_t groups, int64_t N) {
+  const int64_t tiles = groups * ((N + 15) / 16);
+  const int64_t KB = (a.K + 127) / 128;
+  const int64_t target = 2LL * a.num_sms;
+  int64_t ksplit = 1;
+  if (tiles < target && tiles <= a.num_counters)
+    ksplit =
+        std::min<int64_t>({(target + tiles - 1) / tiles, std::max<int64_t>(1, KB / kWarps), 16});
+  while (ksplit > 1 && static_cast<size_t>(ksplit * a.T * N) * sizeof(float) > a.partial_bytes)
+    --ksplit;
+  return ksplit;
 }
 
 template <int NT>
 cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
   const int64_t groups = (a.T + 8 * NT - 1) / (8 * NT);
-  const int64_t row_tiles = (a.N + 15) / 16;
-  if (groups > std::numeric_limits<int>::max() || row_tiles > 65535) return cudaErrorInvalidValue;
-  const int64_t tiles = groups * row_tiles;
-  const int64_t KB = (a.K + 127) / 128;
-  // Split K until about ctas_per_sm CTAs per SM are in flight, keeping >= kWarps K blocks per
-  // CTA.
-  const int64_t target = static_cast<int64_t>(a.ctas_per_sm > 0 ? a.ctas_per_sm : 2) * a.num_sms;
-  int64_t ksplit = 1;
-  if (tiles < target && tiles <= a.num_counters)
-    ksplit =
-        std::min<int64_t>({(target + tiles - 1) / tiles, std::max<int64_t>(1, KB / kWarps), 16});
-  while (ksplit > 1 && static_cast<size_t>(ksplit * a.T * a.N) * sizeof(float) > a.partial_bytes)
-    --ksplit;
-  const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(row_tiles),
-                  static_cast<unsigned>(ksplit));
-  if ((a.blocks_in_flight > 0 ? a.blocks_in_flight : 2) >= 4)
-    launch_skinny_kernel<NT, 4>(a, grid, static_cast<int>(ksplit), stream);
+  const int64_t tiles0 = (a.out[0].N + 15) / 16, tiles1 = (a.out[1].N + 15) / 16;
+  if (groups > std::numeric_limits<int>::max() || tiles0 + tiles1 > 65535)
+    return cudaErrorInvalidValue;
+  const int64_t k0 = skinny_ksplit(a, groups, a.out[0].N);
+  const int64_t k1 = tiles1 > 0 ? skinny_ksplit(a, groups, a.out[1].N) : 1;
+  // Both outputs' partials and tile counters must fit side by side; else one launch each.
+  const bool split = k0 > 1 || k1 > 1;
+  if (tiles1 > 0 &&
+      ((split && groups * (tiles0 + tiles1) > a.num_counters) ||
+       static_cast<size_t>((k0 * a.out[0].N + k1 * a.out[1].N) * a.T) * sizeof(float) >
+           a.partial_bytes)) {
+    Fp8GemmArgs one = a;
+    one.out[1] = {};
+    launch_skinny<NT>(one, stream);
+    one.out[0] = a.out[1];
+    return launch_skinny<NT>(one, stream);
+  }
+  const SkinnySplit sp{static_cast<int>(tiles0), {static_cast<int>(k0), static_cast<int>(k1)}};
+  const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(tiles0 + tiles1),
+                  static_cast<unsigned>(std::max(k0, k1)));
+  const bool vec = a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.out[0].w) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.out[1].w) % 16 == 0;
+  if (vec)
+    launch(fp8_gemm_skinny_kernel<NT, true>, grid, kWarps * 32, 0, stream, a, sp);
   else
-    launch_skinny_kernel<NT, 2>(a, grid, static_cast<int>(ksplit), stream);
+    launch(fp8_gemm_skinny_kernel<NT, false>, grid, kWarps * 32, 0, stream, a, sp);
   return cudaGetLastError();
 }
 
@@ -328,7 +356,7 @@ cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, 
 }
 
 cudaError_t launch_fp8_gemm_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
-  if (a.T <= 0 || a.N <= 0) return cudaSuccess;
+  if (a.T <= 0 || a.out[0].N <= 0) return cudaSuccess;
   // One 8-token MMA column tile for decode batches up to 8, else groups of 16 tokens (the
   // groups of one row tile run side by side, so the weights come from L2 after the first).
   if (a.T <= 8) return launch_skinny<1>(a, stream);

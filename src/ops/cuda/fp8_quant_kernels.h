@@ -23,19 +23,24 @@ cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64
 cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, int64_t ld_dst,
                                   float* dst, cudaStream_t stream);
 
-// y[t, n] (+)= Σ_kb sx[t, kb] · sw[n/128, kb] · Σ_{k in block kb} xq[t, k] · w[n, k], all in fp32,
-// bf16 out. w: e4m3 [N, K] contiguous; sw: f32 [ceil(N/128), ceil(K/128)] contiguous (the
-// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (x_scale at x_scale_ld).
+// One output of the skinny GEMM: w e4m3 [N, K], its block scales, y bf16 [T, N] at row stride
+// ldy.
+struct Fp8GemmOutput {
+  const uint8_t* w = nullptr;
+  const float* w_scale = nullptr;
+  void* y = nullptr;
+  int64_t ldy = 0;
+  int64_t N = 0;
+};
+// out[1] with N > 0: a second weight of the same input in the same launch (gate and up; q_b and
+// the indexer's wq_b), each output computed exactly as alone.
 struct Fp8GemmArgs {
-  const uint8_t* w;
-  const float* w_scale;
+  Fp8GemmOutput out[2];
   const uint8_t* xq;
   int64_t ldq;
   const float* x_scale;
   int64_t x_scale_ld;
-  void* y;  // bf16
-  int64_t ldy;
-  int64_t N, K, T;
+  int64_t K, T;
   bool accumulate;
   // Split-K scratch: fp32 partials and per-tile arrival counters that are zero on entry and are
   // left zero on exit (stream-ordered reuse).
@@ -44,11 +49,11 @@ struct Fp8GemmArgs {
   int* counters;
   int64_t num_counters;
   int num_sms;
-  // Tuning (bench/fp8_kernels_benchmark sweeps them; 0 lets the launcher choose): 128-wide K
-  // blocks each warp has in flight (2 or 4), and the CTAs per SM that split-K aims for.
-  int blocks_in_flight = 0;
-  int ctas_per_sm = 0;
 };
+
+// y[t, n] (+)= Σ_kb sx[t, kb] · sw[n/128, kb] · Σ_{k in block kb} xq[t, k] · w[n, k], all in fp32,
+// bf16 out. w: e4m3 [N, K] contiguous; sw: f32 [ceil(N/128), ceil(K/128)] contiguous (the
+// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (x_scale at x_scale_ld).
 cudaError_t launch_fp8_gemm_skinny(const Fp8GemmArgs& a, cudaStream_t stream);
 
 }  // namespace mls::ops::cuda::kernels

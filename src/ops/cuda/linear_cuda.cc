@@ -36,9 +36,11 @@ void zero_rows(Tensor& y, int64_t rows, int64_t cols) {
                    "linear: zero output");
 }
 
-void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
-  const Tensor& scale = *w.block_scale();
-  const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
+// One or two block-FP8 weights of the same input (n = 1 or 2): the input is quantised once and
+// each output computed as a linear of its own weight alone computes it (bitwise; if cuBLASLt
+// had an algorithm for one weight's shape and not the other's, both take our kernel).
+void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n, bool accumulate) {
+  const int64_t T = x.dim(0), K = w[0]->dim(1);
   const int64_t KB = (K + 127) / 128, ldq = scratch::round_up(K, 16);
   const cudaStream_t stream = mls::cuda::stream();
   Allocator& alloc = mls::cuda::allocator();
@@ -49,63 +51,71 @@ void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
       Tensor::empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3, MemTag::kWorkspace, alloc);
   uint8_t* q = qbuf.data<uint8_t>();
   float* xs = reinterpret_cast<float*>(q + T * ldq);
-  // cuBLASLt (whole 128-wide K blocks only) wants each row of 128x128 block scales padded to a
-  // multiple of 4 floats: the checkpoint rows are ceil(K/128) long, so a K whose block count is
-  // not a multiple of 4 reads the copy padded at load (ops::attach_padded_block_scale; the
-  // contract requires it).
-  const Tensor* lt_scale = fp8_scale_rows_padded(K) ? w.padded_block_scale() : &scale;
 
   // cuBLASLt's block-scaled GEMM (weights BLK128x128, activations VEC128) needs whole 128-wide
   // K blocks and a token count divisible by 4 (it has no algorithm otherwise): it takes the
   // largest such leading part of a prefill, our kernel the rest (at most 3 tokens) and decodes.
-  int64_t t_lead = 0;
-  LtLinear p{.m = T / 4 * 4,
-             .n = N,
-             .k = K,
-             .x = q,
-             .ldx = ldq,
-             .w = w.raw(),
-             .ldw = K,
-             .y = y.raw(),
-             .ldy = y.stride(0),
-             .ab_type = CUDA_R_8F_E4M3,
-             .y_type = CUDA_R_16BF,
-             .accumulate = accumulate,
-             .block_scaled = true,
-             .x_scale = xs,
-             .w_scale = lt_scale->data<float>()};
+  // cuBLASLt wants each row of 128x128 block scales padded to a multiple of 4 floats: a K whose
+  // block count is not a multiple of 4 reads the copy padded at load
+  // (ops::attach_padded_block_scale; the contract requires it).
+  LtLinear p[2];
+  bool lt = scratch::fp8_cublaslt_tokens(T) && K % 128 == 0;
+  for (int i = 0; i < n; ++i) {
+    const Tensor* lt_scale =
+        fp8_scale_rows_padded(K) ? w[i]->padded_block_scale() : w[i]->block_scale();
+    p[i] = {.m = T / 4 * 4,
+            .n = w[i]->dim(0),
+            .k = K,
+            .x = q,
+            .ldx = ldq,
+            .w = w[i]->raw(),
+            .ldw = K,
+            .y = y[i]->raw(),
+            .ldy = y[i]->stride(0),
+            .ab_type = CUDA_R_8F_E4M3,
+            .y_type = CUDA_R_16BF,
+            .accumulate = accumulate,
+            .block_scaled = true,
+            .x_scale = xs,
+            .w_scale = lt_scale->data<float>()};
+    lt = lt && lt_linear_supported(p[i]);
+  }
   // Which FP8 linears run cuBLASLt's block-scaled GEMM (its leading multiple of 4 tokens; ours
   // takes the rest) rather than only our weight-streaming kernel: scratch::fp8_cublaslt_tokens,
   // measured on the H200 at GLM-5 shapes (ours is faster up to 8 tokens, they are even up to 16
   // with cuBLASLt ahead on large weights, and above that cuBLASLt wins clearly; a token count
   // that is not a multiple of 4 costs the cuBLASLt route a second weight pass for the tail,
   // which only pays past 32 tokens).
-  if (scratch::fp8_cublaslt_tokens(T) && K % 128 == 0 && lt_linear_supported(p)) t_lead = p.m;
+  const int64_t t_lead = lt ? p[0].m : 0;
   mls::cuda::check(
       kernels::launch_quantize_fp8_act(x.raw(), lead(x, T, K), T, K, ldq, t_lead, q, xs, stream),
       "linear: FP8 activation quantisation");
-  if (t_lead > 0) lt_linear(p);
+  if (t_lead > 0)
+    for (int i = 0; i < n; ++i) lt_linear(p[i]);
   if (t_lead == T) return;
   const GemmScratch scratch = gemm_scratch();
-  const int64_t ldy = lead(y, T, N);
-  const kernels::Fp8GemmArgs a{
-      .w = w.data<uint8_t>(),
-      .w_scale = scale.data<float>(),
-      .xq = q + t_lead * ldq,
-      .ldq = ldq,
-      .x_scale = xs + KB * t_lead,
-      .x_scale_ld = T - t_lead,
-      .y = static_cast<char*>(y.raw()) + t_lead * ldy * static_cast<int64_t>(sizeof(uint16_t)),
-      .ldy = ldy,
-      .N = N,
-      .K = K,
-      .T = T - t_lead,
-      .accumulate = accumulate,
-      .partial = scratch.partial,
-      .partial_bytes = scratch.partial_bytes,
-      .counters = scratch.counters,
-      .num_counters = scratch.num_counters,
-      .num_sms = scratch.num_sms};
+  kernels::Fp8GemmArgs a{.out = {},
+                         .xq = q + t_lead * ldq,
+                         .ldq = ldq,
+                         .x_scale = xs + KB * t_lead,
+                         .x_scale_ld = T - t_lead,
+                         .K = K,
+                         .T = T - t_lead,
+                         .accumulate = accumulate,
+                         .partial = scratch.partial,
+                         .partial_bytes = scratch.partial_bytes,
+                         .counters = scratch.counters,
+                         .num_counters = scratch.num_counters,
+                         .num_sms = scratch.num_sms};
+  for (int i = 0; i < n; ++i) {
+    const int64_t N = w[i]->dim(0), ldy = lead(*y[i], T, N);
+    a.out[i] = {.w = w[i]->data<uint8_t>(),
+                .w_scale = w[i]->block_scale()->data<float>(),
+                .y = static_cast<char*>(y[i]->raw()) +
+                     t_lead * ldy * static_cast<int64_t>(sizeof(uint16_t)),
+                .ldy = ldy,
+                .N = N};
+  }
   mls::cuda::check(kernels::launch_fp8_gemm_skinny(a, stream), "linear: FP8 GEMM");
 }
 
@@ -135,7 +145,11 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     if (!accumulate) zero_rows(y, T, N);
     return;
   }
-  if (fp8) return linear_fp8(x, w, y, accumulate);
+  if (fp8) {
+    const Tensor* ws[] = {&w};
+    Tensor* ys[] = {&y};
+    return linear_fp8(x, ws, ys, 1, accumulate);
+  }
   // Few tokens on a small weight, where the model allows it (ops::skinny_bf16_linears_on): the
   // streaming kernel (bf16_gemv_kernels.h says where it wins).
   const kernels::Bf16GemvArgs g{.x = x.raw(),
@@ -163,6 +177,18 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
              .ab_type = CUDA_R_16BF,
              .y_type = out_type(y.dtype()),
              .accumulate = accumulate});
+}
+
+void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2) {
+  check_devices("linear_pair", y1);
+  if (w1.dtype() != DType::kFP8E4M3 || w2.dtype() != DType::kFP8E4M3 || x.dim(0) == 0 ||
+      x.dim(1) == 0 || w1.dim(0) == 0 || w2.dim(0) == 0) {
+    linear(x, w1, y1, false);
+    return linear(x, w2, y2, false);
+  }
+  const Tensor* ws[] = {&w1, &w2};
+  Tensor* ys[] = {&y1, &y2};
+  linear_fp8(x, ws, ys, 2, false);
 }
 
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {

@@ -244,6 +244,47 @@ TEST(LinearCuda, Fp8DecodeIsDeterministic) {
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
 }
 
+// ops::linear_pair is two ops::linear calls in fewer launches: bit for bit the same outputs, on
+// the decode kernel (one launch for both weights, split-K sized per weight), cuBLASLt with our
+// kernel's tail, bf16 weights, and a bf16 weight beside an FP8 one (a model's slice that is not
+// whole blocks stays bf16); the pairs' widths are the model's (gate/up, q_b/indexer wq_b) scaled
+// down, and one pair's second weight is 24 rows (a partial row tile).
+TEST(LinearCuda, PairEqualsTwoLinears) {
+  MLS_REQUIRE_GPU();
+  struct PairCase {
+    int64_t T, in, out1, out2;
+    bool fp8_1, fp8_2;
+  };
+  const std::vector<PairCase> cases = {
+      {1, 2048, 4096, 1024, true, true}, {8, 2048, 4096, 1024, true, true},
+      {13, 6144, 512, 512, true, true},  {37, 1024, 768, 24, true, true},
+      {3, 6144, 576, 576, true, true},   {64, 1024, 768, 512, true, true},
+      {5, 512, 256, 128, false, false},  {4, 256, 96, 128, false, true},
+  };
+  uint32_t seed = 300;
+  for (const PairCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << "T " << c.T << " in " << c.in << " out " << c.out1 << "+"
+                                    << c.out2 << " fp8 " << c.fp8_1 << c.fp8_2);
+    const auto weight = [&](int64_t out, bool fp8) {
+      return fp8 ? upload_fp8(make_fp8_weight(out, c.in, seed++))
+                 : to_gpu(round_bf16(random_cpu({out, c.in}, seed++)), DType::kBF16);
+    };
+    const Tensor w1 = weight(c.out1, c.fp8_1), w2 = weight(c.out2, c.fp8_2);
+    const Tensor x = to_gpu(round_bf16(random_cpu({c.T, c.in}, seed++)), DType::kBF16);
+    const auto out = [&](int64_t n) {
+      return Tensor::empty({c.T, n}, DType::kBF16, MemTag::kActivation, gpu());
+    };
+    Tensor a1 = out(c.out1), a2 = out(c.out2), b1 = out(c.out1), b2 = out(c.out2);
+    ops::linear_pair(x, w1, a1, w2, a2);
+    ops::linear(x, w1, b1);
+    ops::linear(x, w2, b2);
+    for (const auto& [got, want] : {std::pair{&a1, &b1}, std::pair{&a2, &b2}}) {
+      const Tensor g = to_cpu(*got), w = to_cpu(*want);
+      EXPECT_EQ(std::memcmp(g.raw(), w.raw(), g.nbytes()), 0);
+    }
+  }
+}
+
 TEST(LinearCuda, WorkspaceIsAConstant) {
   EXPECT_EQ(ops::linear_workspace_bytes(Device::cuda(0)), 32LL << 20);
 }

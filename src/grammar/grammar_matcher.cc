@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <mutex>
 
 namespace mls::grammar {
 
@@ -11,7 +12,24 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<CompiledGrammar> grammar, std::st
       state_(g_->initial_state()),
       gate_(std::move(gate)),
       trigger_(std::move(trigger)) {
-  if (!trigger_.empty()) trigger_tokens_ = trigger_tokens(g_->vocab(), trigger_);
+  if (!trigger_.empty()) trigger_tokens_ = shared_trigger_tokens(g_, trigger_);
+}
+
+std::shared_ptr<const GrammarMatcher::TriggerTokens> GrammarMatcher::shared_trigger_tokens(
+    const std::shared_ptr<CompiledGrammar>& g, const std::string& trigger) {
+  struct Entry {
+    std::weak_ptr<CompiledGrammar> grammar;
+    std::string trigger;
+    std::shared_ptr<const TriggerTokens> tokens;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> kept;  // one per live grammar and trigger
+  const std::lock_guard lock(mu);
+  std::erase_if(kept, [](const Entry& e) { return e.grammar.expired(); });
+  for (const Entry& e : kept)
+    if (e.grammar.lock() == g && e.trigger == trigger) return e.tokens;
+  kept.push_back({g, trigger, trigger_tokens(g->vocab(), trigger)});
+  return kept.back().tokens;
 }
 
 std::shared_ptr<const GrammarMatcher::TriggerTokens> GrammarMatcher::trigger_tokens(

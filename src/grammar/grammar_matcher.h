@@ -48,6 +48,11 @@ class GrammarMatcher final : public TokenConstraint {
   };
   static std::shared_ptr<const TriggerTokens> trigger_tokens(const Vocabulary& v,
                                                              const std::string& trigger);
+  // The index of `g`'s vocabulary for `trigger`, built once and kept while `g` lives (the
+  // GrammarCompiler's cache holds a tools list's grammar), so that a request repeating a tools
+  // list does not walk the vocabulary again (1.2 ms for 154,880 ids). Thread-safe.
+  static std::shared_ptr<const TriggerTokens> shared_trigger_tokens(
+      const std::shared_ptr<CompiledGrammar>& g, const std::string& trigger);
   // Free output: `bytes` join the tail; once it holds the trigger, the grammar takes the
   // trigger and what follows it. False when the grammar refuses them.
   bool scan(std::string_view bytes);

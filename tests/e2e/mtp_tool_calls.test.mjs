@@ -83,8 +83,9 @@ test('streamed tool calls with MTP on equal those with MTP off', {timeout: 18000
 // tool_choice "auto" constrains a call once it starts (the tool-call grammar from the
 // <tool_call> marker on): a logit_bias that pushes " dark" into the call's number argument
 // breaks the call unconstrained (tool_choice "none" shows the raw text), yet the streamed call
-// under "auto" parses with a number, MTP on or off, in equal chunks. Samples that answer
-// without a call (tools present) keep the unconstrained content.
+// under "auto" parses with a number, MTP on or off, in equal chunks, and so does the
+// Responses API's function call. With a structured output the content follows it instead.
+// Samples that answer without a call (tools present) keep the unconstrained content.
 test('a biased token cannot break a call under tool_choice auto, with or without MTP',
      {timeout: 120000 * SLOWDOWN}, async () => {
   const golden = JSON.parse(fs.readFileSync(path.join(demoDir, 'golden.json'), 'utf8'));
@@ -131,6 +132,25 @@ test('a biased token cannot break a call under tool_choice auto, with or without
                        .map((t) => t.function?.arguments ?? '').join('');
       assert.equal(JSON.parse(args).value, 65, args);
       assert.equal(streams[mode].at(-1).finish, 'tool_calls');
+      // The Responses API maps its tools onto the same chat request: the same grammar.
+      const response = await client.responses.create({
+        model: 'demo',
+        temperature: 0,
+        max_output_tokens: sample.target_ids.length + 8,
+        input: sample.messages,
+        tools: sample.tools.map((t) => ({type: 'function', ...t.function})),
+        chat_template_kwargs: {enable_thinking: sample.enable_thinking},
+        logit_bias: bias,
+      });
+      const calls = response.output.filter((item) => item.type === 'function_call');
+      assert.equal(calls.length, 1, JSON.stringify(response.output));
+      assert.equal(JSON.parse(calls[0].arguments).value, 65);
+      // A structured output with tools under "auto" constrains the content instead (no 400).
+      const chosen = await client.chat.completions.create(
+          request(sample, {structured_outputs: {choice: ['yes', 'no']}}));
+      assert.ok(['yes', 'no'].includes(chosen.choices[0].message.content),
+                JSON.stringify(chosen.choices[0].message));
+      assert.equal(chosen.choices[0].message.tool_calls, undefined);
       for (const s of answers) {
         const auto = await client.chat.completions.create(request(s, {}));
         const none = await client.chat.completions.create(request(s, {tool_choice: 'none'}));

@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "chat/reasoning_parser.h"
 #include "chat/tool_call_grammar.h"
 #include "chat/tool_parser.h"
 #include "engine/engine.h"
@@ -17,6 +18,7 @@
 #include "grammar/grammar_compiler.h"
 #include "grammar/grammar_matcher.h"
 #include "grammar/test_support.h"
+#include "tokenizer/tokenizer_config.h"
 
 namespace mls {
 namespace {
@@ -185,6 +187,42 @@ TEST(SpeculativeStructure, ToolCallEqualsPlainDecoding) {
       chat::ToolParser(chat::tool_call_format("glm47", tools)).parse(text);
   ASSERT_EQ(call.tool_calls.size(), 1u) << text;
   EXPECT_EQ(call.tool_calls[0].name, "get_weather");
+}
+
+// tool_choice "auto" as the server builds it (chat_completions.cc: the tool-call grammar
+// triggered by the format's first marker, after the reasoning gate when the prompt opens
+// <think>): on the first held-out tool-call samples, with and without thinking, the plain
+// constrained output is the unconstrained one (the model's calls are well-formed, so the lazy
+// grammar changes nothing) and MTP's equals it for every kind of draft; drafts the grammar
+// refuses inside the call end the draft before verification.
+TEST(SpeculativeStructure, AutoToolChoiceEqualsPlainDecoding) {
+  const ojson golden = ojson::parse(tok::read_text_file(kDemo / "golden.json"));
+  grammar::GrammarCompiler gc(grammar::test::demo_vocab());
+  const auto think = demo().tok.token_to_id("<think>");
+  ASSERT_TRUE(think);
+  int samples = 0, thinking = 0;
+  for (const ojson& s : golden["heldout_eval"]) {
+    if (s["category"] != "tool_call") continue;
+    if (samples++ == 4) break;
+    const auto prompt = s["prompt_ids"].get<std::vector<int32_t>>();
+    const ojson& tools = s["tools"];
+    const bool gated = prompt.back() == *think;
+    thinking += gated;
+    const auto c = std::make_shared<grammar::GrammarMatcher>(
+        gc.gbnf(chat::tool_call_gbnf("glm47", tools, "", true)),
+        gated ? std::string(chat::kReasoningEnd) : "",
+        chat::tool_call_format("glm47", tools).opener());
+    SCOPED_TRACE(s["id"].get<std::string>());
+    const std::vector<int32_t> out = check_drafts(prompt, c);
+    EXPECT_EQ(out, plain(prompt, nullptr));
+    std::string text = demo().tok.decode(std::span(out).first(out.size() - 1), false);
+    if (gated) text = text.substr(text.find(chat::kReasoningEnd) + chat::kReasoningEnd.size());
+    const chat::ToolParseResult call =
+        chat::ToolParser(chat::tool_call_format("glm47", tools)).parse(text);
+    ASSERT_EQ(call.tool_calls.size(), 1u) << text;
+    EXPECT_EQ(call.content, "");
+  }
+  EXPECT_EQ(thinking, 2);  // of the 4
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ std::vector<ToolEvent> ToolParser::feed(std::string_view delta) {
 
 void ToolParser::run(std::vector<ToolEvent>& out) {
   const bool sectioned = !format_.section_begin.empty();
-  const std::string& opener = sectioned ? format_.section_begin : format_.call_begin;
+  const std::string& opener = format_.opener();
   while (true) {
     switch (state_) {
       case State::kContent: {

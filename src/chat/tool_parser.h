@@ -52,6 +52,9 @@ struct ToolCallFormat {
   std::string call_end;
   // Body between call_begin and call_end -> call, or nullopt when malformed.
   std::function<std::optional<ParsedCall>(std::string_view body)> parse_call;
+
+  // The marker where the parser starts a call (or the section of calls).
+  const std::string& opener() const { return section_begin.empty() ? call_begin : section_begin; }
 };
 
 // Makes the id of the call with the given index ("call_" + 24 random characters by default).

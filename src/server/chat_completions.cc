@@ -289,11 +289,15 @@ SamplingOptions constrained_sampling(ServingContext& ctx, const ChatRequest& req
                                ? std::string(chat::kReasoningEnd)
                                : std::string();
   SamplingOptions sampling = req.sampling;
-  sampling.constraint =
-      forced_call ? tool_call_constraint(ctx, req.tools,
-                                         req.tool_choice == ToolChoice::kNamed ? req.tool_name : "",
-                                         req.parallel_tool_calls, gate)
-                  : structured_constraint(ctx, req.sampling.structured, gate);
+  if (forced_call)
+    sampling.constraint = tool_call_constraint(
+        ctx, req.tools, req.tool_choice == ToolChoice::kNamed ? req.tool_name : "",
+        req.parallel_tool_calls, gate);
+  else if (req.sampling.structured.kind != StructuredOutput::Kind::kNone)
+    // Under tool_choice "auto" too: the structured output constrains the content.
+    sampling.constraint = structured_constraint(ctx, req.sampling.structured, gate);
+  else if (req.tool_choice == ToolChoice::kAuto && !req.tools.empty())
+    sampling.constraint = auto_tool_call_constraint(ctx, req.tools, req.parallel_tool_calls, gate);
   return sampling;
 }
 

@@ -94,8 +94,9 @@ std::string render_chat_prompt(const ServingContext& ctx, const ChatRequest& req
 bool prompt_opens_reasoning(const std::string& prompt);
 // 400 unless the server can parse the tool calls the request's tool_choice allows.
 void check_tool_choice(const ServingContext& ctx, const ChatRequest& req);
-// The request's sampling with its output constraint: the structured output it asks for, or the
-// tool call that tool_choice required/named forces (400 when both are asked).
+// The request's sampling with its output constraint: the structured output it asks for, the
+// tool call that tool_choice required/named forces (400 when both are asked), or under "auto"
+// without a structured output the tool-call grammar once a call starts.
 SamplingOptions constrained_sampling(ServingContext& ctx, const ChatRequest& req,
                                      bool starts_in_reasoning);
 // The prompt's ids (400 naming `what` when the tokenizer refuses the text).

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "chat/tool_call_grammar.h"
+#include "chat/tool_parser.h"
+#include "core/logging.h"
 #include "grammar/grammar_error.h"
 #include "grammar/grammar_matcher.h"
 #include "server/errors.h"
@@ -62,6 +64,23 @@ std::shared_ptr<const TokenConstraint> tool_call_constraint(ServingContext& ctx,
     bad_request(fmt::format("'tools': a tool's parameters: {}", e.what()), "tools");
   } catch (const InvalidArgument& e) {
     bad_request(e.what(), "tool_choice");
+  }
+}
+
+std::shared_ptr<const TokenConstraint> auto_tool_call_constraint(
+    ServingContext& ctx, const nlohmann::ordered_json& tools, bool parallel,
+    const std::string& gate) {
+  grammar::GrammarCompiler& gc = compiler(ctx, "tool_choice");
+  const std::string& parser = ctx.opts.tool_call_parser;
+  try {
+    return std::make_shared<grammar::GrammarMatcher>(
+        gc.gbnf(chat::tool_call_gbnf(parser, tools, "", parallel)), gate,
+        chat::tool_call_format(parser, tools).opener());
+  } catch (const grammar::GrammarError& e) {
+    MLS_LOG_DEBUG("tool_choice auto: tool calls left free: a tool's parameters: {}", e.what());
+    return nullptr;
+  } catch (const InvalidArgument& e) {
+    bad_request(e.what(), "tools");
   }
 }
 

@@ -90,6 +90,17 @@ for (const [parser, script] of Object.entries(scripts)) {
       assert.equal(named.choices[0].finish_reason, 'stop');
       assert.equal(named.choices[0].message.reasoning_content, undefined);
       assert.equal(named.choices[0].message.tool_calls[0].function.name, 'get_weather');
+
+      // Parameters outside the grammar's JSON Schema subset ("minimum"): under auto the call is
+      // left free (no 400, the call parses); a required call cannot be enforced (400).
+      const loose = [{ ...tools[0], function: { ...tools[0].function, parameters: {
+        ...tools[0].function.parameters,
+        properties: { city: { type: 'string' }, days: { type: 'integer', minimum: 1 } } } } }];
+      const free = await client.chat.completions.create({ ...params, tools: loose });
+      assert.equal(free.choices[0].message.tool_calls[0].function.name, 'get_weather');
+      await assert.rejects(
+        client.chat.completions.create({ ...params, tools: loose, tool_choice: 'required' }),
+        (e) => e.status === 400 && e.param === 'tools' && /minimum/.test(e.message));
     } finally {
       const { code } = await srv.stop();
       fs.rmSync(dir, { recursive: true, force: true });

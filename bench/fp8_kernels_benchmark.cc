@@ -1,12 +1,14 @@
 // The block-FP8 decode kernels at the GLM-5 shapes, each timed alone on the GPU: the skinny GEMM
 // of every decode linear (1 and 8 tokens; alone and as a pair of weights in one launch), the
 // activation quantisation, and the grouped expert GEMMs (gate·up with SiLU, down) at decode batch
-// sizes for both row tilings the launcher chooses between, so that its choice is a measurement
+// sizes for the pass counts the launcher chooses between, so that its choice is a measurement
 // (bench/RESULTS.md). Launches are captured in a CUDA graph, as serving
 // replays them, and rotate over enough weight copies that every launch reads its weights from
 // DRAM. Figures: µs per launch and the weight bytes read per second against the 4.8 TB/s floor.
 //
-//   fp8_kernels_benchmark [--iters N]
+//   fp8_kernels_benchmark [--iters N] [--experts-only] [--batches 1,8,64,256,512]
+// (--experts-only with one batch size and --iters 5 gives a profiler one replayed graph per
+// expert configuration.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -178,7 +180,7 @@ void bench_skinny(cudaStream_t stream, int num_sms, int iters) {
 
 // GLM-5's routed experts: 256 of hidden 6144, intermediate 2048, 8 per token, chosen uniformly
 // at random (a dummy model's router), each weight and scale at its own address as loaded.
-void bench_experts(cudaStream_t stream, int iters) {
+void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& batches) {
   const int64_t E = 256, H = 6144, I = 2048, top_k = 8;
   std::printf("grouped FP8 experts (µs per launch, TB/s of the active experts' weights)\n");
   const size_t gate_bytes = static_cast<size_t>(I * H), down_bytes = static_cast<size_t>(H * I);
@@ -201,7 +203,7 @@ void bench_experts(cudaStream_t stream, int iters) {
   uint64_t* dtable = device_alloc<uint64_t>(table.size());
   check(cudaMemcpy(dtable, table.data(), table.size() * sizeof(uint64_t), cudaMemcpyHostToDevice),
         "table");
-  const int64_t max_rows = 512 * top_k;
+  const int64_t max_rows = *std::max_element(batches.begin(), batches.end()) * top_k;
   uint8_t* xq = device_alloc<uint8_t>(max_rows * H);
   fill_fp8(xq, max_rows * H);
   float* xs = device_alloc<float>(max_rows * (H / 128));
@@ -210,7 +212,7 @@ void bench_experts(cudaStream_t stream, int iters) {
   int32_t* offsets = device_alloc<int32_t>(E + 1);
   int32_t* active = device_alloc<int32_t>(E + 1);
   std::mt19937 g(11);
-  for (const int64_t T : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{256}, int64_t{512}}) {
+  for (const int64_t T : batches) {
     std::vector<int32_t> count(E, 0);
     for (int64_t t = 0; t < T; ++t) {
       std::vector<int32_t> ids(E);
@@ -233,7 +235,7 @@ void bench_experts(cudaStream_t stream, int iters) {
                 static_cast<long>(used), static_cast<long>(most));
     for (const bool gated : {true, false}) {
       const size_t bytes = used * (gated ? 2 * gate_bytes : down_bytes);
-      for (const int tiles : {1, 2}) {
+      for (const int passes : {1, 2, 4}) {
         k::MoeFp8GemmArgs a{.w1 = dtable + (gated ? 0 : 2) * E,
                             .s1 = dtable + (gated ? 3 : 5) * E,
                             .w2 = gated ? dtable + 1 * E : nullptr,
@@ -247,7 +249,7 @@ void bench_experts(cudaStream_t stream, int iters) {
                             .active = active,
                             .max_active = static_cast<int>(std::min(E, R)),
                             .rows = R,
-                            .tiles_per_pass = tiles,
+                            .passes = passes,
                             .y = y,
                             .ldy = gated ? I : H,
                             .N = gated ? I : H,
@@ -256,7 +258,7 @@ void bench_experts(cudaStream_t stream, int iters) {
         const double us = time_graph(
             stream, iters, [&](int) { check(k::launch_moe_fp8_gemm(a, stream), "experts"); });
         const double tbs = static_cast<double>(bytes) / us * 1e-6;
-        std::printf("  %s x%d %7.1f %4.2f (%2.0f%%)", gated ? "gate·up" : "down", tiles, us, tbs,
+        std::printf("  %s x%d %7.1f %4.2f (%2.0f%%)", gated ? "gate·up" : "down", passes, us, tbs,
                     100 * tbs / kFloorTBs);
       }
     }
@@ -276,8 +278,32 @@ void bench_experts(cudaStream_t stream, int iters) {
 
 int main(int argc, char** argv) {
   int iters = 50;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(1, std::atoi(argv[i + 1]));
+  bool experts_only = false;
+  std::vector<int64_t> batches = {1, 8, 64, 256, 512};
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--iters") == 0 && has_value) {
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--experts-only") == 0) {
+      experts_only = true;
+    } else if (std::strcmp(argv[i], "--batches") == 0 && has_value) {
+      batches.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long b = std::strtol(p, &end, 10);
+        if (end == p || b <= 0 || b > 4096) {
+          std::fprintf(stderr, "--batches: a comma-separated list of 1..4096\n");
+          return 2;
+        }
+        batches.push_back(b);
+        p = *end == ',' ? end + 1 : end;
+      }
+      if (batches.empty()) batches.push_back(1);
+    } else {
+      std::fprintf(stderr, "usage: %s [--iters N] [--experts-only] [--batches B,...]\n", argv[0]);
+      return 2;
+    }
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("fp8_kernels_benchmark: no CUDA device here, nothing measured\n");
@@ -289,7 +315,7 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, iters);
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  bench_skinny(stream, prop.multiProcessorCount, iters);
-  bench_experts(stream, std::max(1, iters / 5));
+  if (!experts_only) bench_skinny(stream, prop.multiProcessorCount, iters);
+  bench_experts(stream, std::max(1, iters / 5), batches);
   return 0;
 }

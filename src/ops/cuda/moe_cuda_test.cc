@@ -488,8 +488,8 @@ TEST(MoeCuda, GroupedFp8ExpertsMatchEmulation) {
 
 // A token's rows depend on that token alone: run by itself, its expert outputs equal, bit for
 // bit, the ones it got inside the batch (what the engine's batch invariance rests on). The
-// second batch's mean of 10 rows per expert makes the launcher put two row tiles in each weight
-// pass; the first batch and the single token take one.
+// batches' means of 4.75 and 10 rows per expert make the launcher split each weight tile's rows
+// between 2 and 3 CTAs; the single token takes one.
 TEST(MoeCuda, GroupedFp8ExpertsAreBatchInvariant) {
   MLS_REQUIRE_GPU();
   const int64_t E = 8, H = 256, I = 128, K = 2;

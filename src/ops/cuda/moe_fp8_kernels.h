@@ -36,9 +36,10 @@ struct MoeFp8GemmArgs {
   const int32_t* active;  // from launch_moe_active_experts
   int max_active;         // host bound on active[0]: min(E, rows)
   int64_t rows;           // rows of all experts (offsets[E])
-  // The 8-row tiles that share one pass over an expert's weights, 1 or 2; 0 lets the launcher
-  // choose from the mean rows per active expert (bench/fp8_kernels_benchmark sweeps it).
-  int tiles_per_pass = 0;
+  // CTAs that split each weight tile's rows between them, 8 rows at a time, reading the tile's
+  // weights side by side (one DRAM pass): 1 to 4; 0 lets the launcher choose from the mean rows
+  // per active expert (bench/fp8_kernels_benchmark sweeps it).
+  int passes = 0;
   void* y;  // bf16 [rows, ldy]
   int64_t ldy;
   int64_t N, K;

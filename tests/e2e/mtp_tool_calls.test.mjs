@@ -38,19 +38,21 @@ async function streamed(client, sample) {
   return chunks;
 }
 
+// The demo model served with the GLM parsers, without and with MTP (k = 3).
+const demoModel = {dir: demoDir, name: 'demo', maxModelLen: 2048};
+const demoFlags = ['--device', 'cpu', '--enable-auto-tool-choice', '--tool-call-parser', 'glm47',
+                   '--reasoning-parser', 'glm45'];
+const mtpModes = [['off', []],
+                  ['on', ['--speculative-config', '{"method":"mtp","num_speculative_tokens":3}']]];
+
 test('streamed tool calls with MTP on equal those with MTP off', {timeout: 180000 * SLOWDOWN},
      async () => {
   const golden = JSON.parse(fs.readFileSync(path.join(demoDir, 'golden.json'), 'utf8'));
   const samples = golden.heldout_eval.slice(0, 100).filter((s) => s.category === 'tool_call');
   assert.ok(samples.length >= 10, `${samples.length} tool-call samples`);
-  const model = {dir: demoDir, name: 'demo', maxModelLen: 2048};
-  const flags = ['--device', 'cpu', '--enable-auto-tool-choice', '--tool-call-parser', 'glm47',
-                 '--reasoning-parser', 'glm45'];
   const results = {};
-  for (const [mode, extra] of [['off', []],
-                               ['on', ['--speculative-config',
-                                       '{"method":"mtp","num_speculative_tokens":3}']]]) {
-    const server = await startServer([...flags, ...extra], {}, model);
+  for (const [mode, extra] of mtpModes) {
+    const server = await startServer([...demoFlags, ...extra], {}, demoModel);
     try {
       const client = new OpenAI({baseURL: `${server.baseURL}/v1`, apiKey: 'unused'});
       results[mode] = [];
@@ -103,14 +105,9 @@ test('a biased token cannot break a call under tool_choice auto, with or without
     chat_template_kwargs: {enable_thinking: s.enable_thinking},
     ...extra,
   });
-  const model = {dir: demoDir, name: 'demo', maxModelLen: 2048};
-  const flags = ['--device', 'cpu', '--enable-auto-tool-choice', '--tool-call-parser', 'glm47',
-                 '--reasoning-parser', 'glm45'];
   const streams = {};
-  for (const [mode, extra] of [['off', []],
-                               ['on', ['--speculative-config',
-                                       '{"method":"mtp","num_speculative_tokens":3}']]]) {
-    const server = await startServer([...flags, ...extra], {}, model);
+  for (const [mode, extra] of mtpModes) {
+    const server = await startServer([...demoFlags, ...extra], {}, demoModel);
     try {
       const client = new OpenAI({baseURL: `${server.baseURL}/v1`, apiKey: 'unused'});
       const free = await client.chat.completions.create(

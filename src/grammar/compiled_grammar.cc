@@ -1,6 +1,7 @@
 #include "grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <string_view>
 
@@ -332,6 +333,33 @@ const std::vector<int32_t>& CompiledGrammar::passing(int32_t state, const TopUni
   st.live = std::move(live);
   st.mask_known = true;
   return st.live;
+}
+
+std::shared_ptr<const CompiledGrammar::TriggerTokens> CompiledGrammar::trigger_tokens(
+    const std::string& trigger) {
+  {
+    const std::lock_guard lock(mu_);
+    if (const auto it = trigger_tokens_.find(trigger); it != trigger_tokens_.end())
+      return it->second;
+  }
+  auto tt = std::make_shared<TriggerTokens>();
+  tt->completing.resize(trigger.size());
+  // Only a token starting with one of the trigger's bytes past the first can complete a match.
+  std::array<bool, 256> later{};
+  for (size_t k = 1; k < trigger.size(); ++k) later[static_cast<uint8_t>(trigger[k])] = true;
+  const std::string_view t(trigger);
+  const Vocabulary& v = *vocab_;
+  for (int32_t id = 0; id < v.size(); ++id) {
+    const Vocabulary::Token& tok = v.token(id);
+    if (!tok.matchable) continue;
+    const std::string_view b(tok.bytes);
+    if (b.size() >= t.size() && b.find(t) != std::string_view::npos) tt->containing.push_back(id);
+    if (!later[static_cast<uint8_t>(b[0])]) continue;
+    for (size_t k = 1; k < t.size(); ++k)
+      if (b.starts_with(t.substr(k))) tt->completing[k].push_back(id);
+  }
+  const std::lock_guard lock(mu_);
+  return trigger_tokens_.emplace(trigger, std::move(tt)).first->second;
 }
 
 }  // namespace mls::grammar

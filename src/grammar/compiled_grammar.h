@@ -78,6 +78,17 @@ class CompiledGrammar {
   size_t num_byte_classes() const { return class_bytes_.size(); }
   const TokenClassification& classification() const { return classes_; }
 
+  // The matchable tokens that can complete `trigger` in free output (GrammarMatcher's lazy
+  // trigger): those containing it, and per k in 1..|trigger|-1 those starting with its bytes
+  // from k on (completing a match of k bytes).
+  struct TriggerTokens {
+    std::vector<int32_t> containing;
+    std::vector<std::vector<int32_t>> completing;  // [k]
+  };
+  // Built on a trigger's first use and kept with the grammar, which the GrammarCompiler's cache
+  // holds per tools list: a repeated list skips the vocabulary pass (1.2 ms for 154,880 ids).
+  std::shared_ptr<const TriggerTokens> trigger_tokens(const std::string& trigger);
+
  private:
   using Stack = std::vector<int32_t>;
   struct State {
@@ -132,6 +143,7 @@ class CompiledGrammar {
   std::unordered_map<std::string, int32_t> tops_ids_;  // key: the sorted tops' bytes
   std::unordered_multimap<size_t, std::shared_ptr<const TokenSet>> union_sets_;  // by hash
   size_t union_bytes_ = 0;  // of the kept unions' accepted sets
+  std::unordered_map<std::string, std::shared_ptr<const TriggerTokens>> trigger_tokens_;
 };
 
 }  // namespace mls::grammar

@@ -1,8 +1,6 @@
 #include "grammar/grammar_matcher.h"
 
 #include <algorithm>
-#include <array>
-#include <mutex>
 
 namespace mls::grammar {
 
@@ -12,44 +10,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<CompiledGrammar> grammar, std::st
       state_(g_->initial_state()),
       gate_(std::move(gate)),
       trigger_(std::move(trigger)) {
-  if (!trigger_.empty()) trigger_tokens_ = shared_trigger_tokens(g_, trigger_);
-}
-
-std::shared_ptr<const GrammarMatcher::TriggerTokens> GrammarMatcher::shared_trigger_tokens(
-    const std::shared_ptr<CompiledGrammar>& g, const std::string& trigger) {
-  struct Entry {
-    std::weak_ptr<CompiledGrammar> grammar;
-    std::string trigger;
-    std::shared_ptr<const TriggerTokens> tokens;
-  };
-  static std::mutex mu;
-  static std::vector<Entry> kept;  // one per live grammar and trigger
-  const std::lock_guard lock(mu);
-  std::erase_if(kept, [](const Entry& e) { return e.grammar.expired(); });
-  for (const Entry& e : kept)
-    if (e.grammar.lock() == g && e.trigger == trigger) return e.tokens;
-  kept.push_back({g, trigger, trigger_tokens(g->vocab(), trigger)});
-  return kept.back().tokens;
-}
-
-std::shared_ptr<const GrammarMatcher::TriggerTokens> GrammarMatcher::trigger_tokens(
-    const Vocabulary& v, const std::string& trigger) {
-  auto tt = std::make_shared<TriggerTokens>();
-  tt->completing.resize(trigger.size());
-  // Only a token starting with one of the trigger's bytes past the first can complete a match.
-  std::array<bool, 256> later{};
-  for (size_t k = 1; k < trigger.size(); ++k) later[static_cast<uint8_t>(trigger[k])] = true;
-  const std::string_view t(trigger);
-  for (int32_t id = 0; id < v.size(); ++id) {
-    const Vocabulary::Token& tok = v.token(id);
-    if (!tok.matchable) continue;
-    const std::string_view b(tok.bytes);
-    if (b.size() >= t.size() && b.find(t) != std::string_view::npos) tt->containing.push_back(id);
-    if (!later[static_cast<uint8_t>(b[0])]) continue;
-    for (size_t k = 1; k < t.size(); ++k)
-      if (b.starts_with(t.substr(k))) tt->completing[k].push_back(id);
-  }
-  return tt;
+  if (!trigger_.empty()) trigger_tokens_ = g_->trigger_tokens(trigger_);
 }
 
 std::unique_ptr<TokenConstraint> GrammarMatcher::clone() const {

@@ -15,7 +15,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "engine/token_constraint.h"
 #include "grammar/compiled_grammar.h"
@@ -40,19 +39,6 @@ class GrammarMatcher final : public TokenConstraint {
   bool awaiting_trigger() const { return gate_.empty() && !trigger_.empty(); }
 
  private:
-  // The matchable tokens that can complete the trigger: those containing it, and per k in
-  // 1..|trigger|-1 those starting with its bytes from k on (completing a match of k bytes).
-  struct TriggerTokens {
-    std::vector<int32_t> containing;
-    std::vector<std::vector<int32_t>> completing;  // [k]
-  };
-  static std::shared_ptr<const TriggerTokens> trigger_tokens(const Vocabulary& v,
-                                                             const std::string& trigger);
-  // The index of `g`'s vocabulary for `trigger`, built once and kept while `g` lives (the
-  // GrammarCompiler's cache holds a tools list's grammar), so that a request repeating a tools
-  // list does not walk the vocabulary again (1.2 ms for 154,880 ids). Thread-safe.
-  static std::shared_ptr<const TriggerTokens> shared_trigger_tokens(
-      const std::shared_ptr<CompiledGrammar>& g, const std::string& trigger);
   // Free output: `bytes` join the tail; once it holds the trigger, the grammar takes the
   // trigger and what follows it. False when the grammar refuses them.
   bool scan(std::string_view bytes);
@@ -65,7 +51,7 @@ class GrammarMatcher final : public TokenConstraint {
   std::string gate_;     // "" once passed (or when none)
   std::string trigger_;  // "" once seen (or when none)
   std::string tail_;     // output bytes that may start the marker awaited
-  std::shared_ptr<const TriggerTokens> trigger_tokens_;  // shared by clones
+  std::shared_ptr<const CompiledGrammar::TriggerTokens> trigger_tokens_;  // the grammar's
 };
 
 }  // namespace mls::grammar

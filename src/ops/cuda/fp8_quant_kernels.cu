@@ -304,19 +304,20 @@ template <int NT>
 cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
   const int64_t groups = (a.T + 8 * NT - 1) / (8 * NT);
   const int64_t tiles0 = (a.out[0].N + 15) / 16, tiles1 = (a.out[1].N + 15) / 16;
-  if (groups > std::numeric_limits<int>::max() || tiles0 + tiles1 > 65535)
+  if (groups > std::numeric_limits<int>::max() || tiles0 > 65535 || tiles1 > 65535)
     return cudaErrorInvalidValue;
   const int64_t k0 = skinny_ksplit(a, groups, a.out[0].N);
   const int64_t k1 = tiles1 > 0 ? skinny_ksplit(a, groups, a.out[1].N) : 1;
-  // Both outputs' partials and tile counters must fit side by side; else one launch each.
+  // Both outputs' row tiles, partials and tile counters must fit side by side; else one launch
+  // each.
   const bool split = k0 > 1 || k1 > 1;
   if (tiles1 > 0 &&
-      ((split && groups * (tiles0 + tiles1) > a.num_counters) ||
+      (tiles0 + tiles1 > 65535 || (split && groups * (tiles0 + tiles1) > a.num_counters) ||
        static_cast<size_t>((k0 * a.out[0].N + k1 * a.out[1].N) * a.T) * sizeof(float) >
            a.partial_bytes)) {
     Fp8GemmArgs one = a;
     one.out[1] = {};
-    launch_skinny<NT>(one, stream);
+    if (const cudaError_t e = launch_skinny<NT>(one, stream); e != cudaSuccess) return e;
     one.out[0] = a.out[1];
     return launch_skinny<NT>(one, stream);
   }

@@ -488,7 +488,7 @@ TEST(MoeCuda, GroupedFp8ExpertsMatchEmulation) {
 
 // A token's rows depend on that token alone: run by itself, its expert outputs equal, bit for
 // bit, the ones it got inside the batch (what the engine's batch invariance rests on). The
-// batches' means of 4.75 and 10 rows per expert make the launcher split each weight tile's rows
+// batches' means of 4.75 and 10 rows per expert make the launcher split each gate·up tile's rows
 // between 2 and 3 CTAs; the single token takes one.
 TEST(MoeCuda, GroupedFp8ExpertsAreBatchInvariant) {
   MLS_REQUIRE_GPU();

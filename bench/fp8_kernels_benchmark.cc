@@ -1,17 +1,20 @@
 // The block-FP8 decode kernels at the GLM-5 shapes, each timed alone on the GPU: the skinny GEMM
 // of every decode linear (1 and 8 tokens; alone and as a pair of weights in one launch), the
-// activation quantisation, and the grouped expert GEMMs (gate·up with SiLU, down) at decode batch
-// sizes for the pass counts the launcher chooses between, so that its choice is a measurement
-// (bench/RESULTS.md). Launches are captured in a CUDA graph, as serving
-// replays them, and rotate over enough weight copies that every launch reads its weights from
-// DRAM. Figures: µs per launch and the weight bytes read per second against the 4.8 TB/s floor.
+// activation quantisation, and the grouped expert GEMMs (gate·up with SiLU, down): the skinny
+// kernel at decode batch sizes for the pass counts the launcher chooses between, and the
+// tensor-core kernel at every size (prefill: 8,192 tokens), so that the launchers' choices are
+// measurements (bench/RESULTS.md); TFLOP/s against the 1,979 dense FP8 peak. Launches are captured
+// in a CUDA graph, as serving replays them, and rotate over enough weight copies that every launch
+// reads its weights from DRAM. Figures: µs per launch and the weight bytes read per second against
+// the 4.8 TB/s floor.
 //
-//   fp8_kernels_benchmark [--iters N] [--experts-only] [--batches 1,8,64,256,512]
+//   fp8_kernels_benchmark [--iters N] [--experts-only] [--batches 1,8,64,256,512,8192]
 // (--experts-only with one batch size and --iters 5 gives a profiler one replayed graph per
 // expert configuration.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -178,6 +181,25 @@ void bench_skinny(cudaStream_t stream, int num_sms, int iters) {
   cudaFree(counters);
 }
 
+// Largest |a - b| over the largest |a| of two bf16 device arrays.
+double max_rel_diff(const void* a, const void* b, int64_t n) {
+  std::vector<uint16_t> ha(n), hb(n);
+  check(cudaMemcpy(ha.data(), a, n * 2, cudaMemcpyDeviceToHost), "copy back");
+  check(cudaMemcpy(hb.data(), b, n * 2, cudaMemcpyDeviceToHost), "copy back");
+  const auto f = [](uint16_t v) {
+    const uint32_t u = static_cast<uint32_t>(v) << 16;
+    float x;
+    std::memcpy(&x, &u, 4);
+    return static_cast<double>(x);
+  };
+  double diff = 0, most = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::abs(f(ha[i]) - f(hb[i])));
+    most = std::max(most, std::abs(f(ha[i])));
+  }
+  return most > 0 ? diff / most : diff;
+}
+
 // GLM-5's routed experts: 256 of hidden 6144, intermediate 2048, 8 per token, chosen uniformly
 // at random (a dummy model's router), each weight and scale at its own address as loaded.
 void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& batches) {
@@ -209,6 +231,7 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
   float* xs = device_alloc<float>(max_rows * (H / 128));
   fill_f32(xs, max_rows * (H / 128), 0.01f);
   void* y = device_alloc<uint16_t>(max_rows * H);
+  void* y_tc = device_alloc<uint16_t>(max_rows * H);
   int32_t* offsets = device_alloc<int32_t>(E + 1);
   int32_t* active = device_alloc<int32_t>(E + 1);
   std::mt19937 g(11);
@@ -231,38 +254,52 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
           "offsets");
     check(k::launch_moe_active_experts(offsets, static_cast<int>(E), active, stream), "active");
     const int64_t R = T * top_k;
-    std::printf("  batch %3ld: %3ld experts active, at most %2ld rows:", static_cast<long>(T),
+    std::printf("  batch %3ld: %3ld experts active, at most %2ld rows\n", static_cast<long>(T),
                 static_cast<long>(used), static_cast<long>(most));
     for (const bool gated : {true, false}) {
       const size_t bytes = used * (gated ? 2 * gate_bytes : down_bytes);
-      for (const int passes : {1, 2, 4}) {
-        k::MoeFp8GemmArgs a{.w1 = dtable + (gated ? 0 : 2) * E,
-                            .s1 = dtable + (gated ? 3 : 5) * E,
-                            .w2 = gated ? dtable + 1 * E : nullptr,
-                            .s2 = gated ? dtable + 4 * E : nullptr,
-                            .sw_ld = (gated ? H : I) / 128,
-                            .xq = xq,
-                            .ldq = gated ? H : I,
-                            .x_scale = xs,
-                            .x_scale_ld = R,
-                            .offsets = offsets,
-                            .active = active,
-                            .max_active = static_cast<int>(std::min(E, R)),
-                            .rows = R,
-                            .passes = passes,
-                            .y = y,
-                            .ldy = gated ? I : H,
-                            .N = gated ? I : H,
-                            .K = gated ? H : I,
-                            .gated = gated};
-        const double us = time_graph(
-            stream, iters, [&](int) { check(k::launch_moe_fp8_gemm(a, stream), "experts"); });
+      const double flops = 2.0 * static_cast<double>(R) * I * H * (gated ? 2 : 1);
+      k::MoeFp8GemmArgs a{.w1 = dtable + (gated ? 0 : 2) * E,
+                          .s1 = dtable + (gated ? 3 : 5) * E,
+                          .w2 = gated ? dtable + 1 * E : nullptr,
+                          .s2 = gated ? dtable + 4 * E : nullptr,
+                          .sw_ld = (gated ? H : I) / 128,
+                          .xq = xq,
+                          .ldq = gated ? H : I,
+                          .x_scale = xs,
+                          .x_scale_ld = R,
+                          .offsets = offsets,
+                          .active = active,
+                          .max_active = static_cast<int>(std::min(E, R)),
+                          .experts = static_cast<int>(E),
+                          .rows = R,
+                          .y = y,
+                          .ldy = gated ? I : H,
+                          .N = gated ? I : H,
+                          .K = gated ? H : I,
+                          .gated = gated};
+      const auto report = [&](const char* what, double us) {
         const double tbs = static_cast<double>(bytes) / us * 1e-6;
-        std::printf("  %s x%d %7.1f %4.2f (%2.0f%%)", gated ? "gate·up" : "down", passes, us, tbs,
-                    100 * tbs / kFloorTBs);
+        std::printf("  %s %s %7.1f µs %4.2f TB/s (%2.0f%%) %4.0f TFLOP/s",
+                    gated ? "gate·up" : "down", what, us, tbs, 100 * tbs / kFloorTBs,
+                    flops / us * 1e-6);
+      };
+      // The skinny kernel's pass counts (decode sizes), then the tensor-core kernel on the same
+      // rows and the largest difference between their outputs.
+      for (const int passes : R <= 4096 ? std::vector<int>{1, 2, 4} : std::vector<int>{0}) {
+        a.passes = passes;
+        char what[16];
+        std::snprintf(what, sizeof what, passes ? "x%d" : "skinny", passes);
+        report(what, time_graph(stream, iters,
+                                [&](int) { check(k::launch_moe_fp8_gemm(a, stream), "experts"); }));
       }
+      a.y = y_tc;
+      report("tc", time_graph(stream, iters, [&](int) {
+               check(k::launch_moe_fp8_gemm_tc(a, stream), "experts (tensor cores)");
+             }));
+      a.y = y;
+      std::printf(" max |skinny - tc| / max |skinny| %.1e\n", max_rel_diff(y, y_tc, R * a.N));
     }
-    std::printf("\n");
   }
   cudaFree(weights);
   cudaFree(scales);
@@ -270,6 +307,7 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
   cudaFree(xq);
   cudaFree(xs);
   cudaFree(y);
+  cudaFree(y_tc);
   cudaFree(offsets);
   cudaFree(active);
 }
@@ -279,7 +317,7 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
 int main(int argc, char** argv) {
   int iters = 50;
   bool experts_only = false;
-  std::vector<int64_t> batches = {1, 8, 64, 256, 512};
+  std::vector<int64_t> batches = {1, 8, 64, 256, 512, 8192};
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (std::strcmp(argv[i], "--iters") == 0 && has_value) {
@@ -291,8 +329,8 @@ int main(int argc, char** argv) {
       for (const char* p = argv[++i]; *p;) {
         char* end = nullptr;
         const long b = std::strtol(p, &end, 10);
-        if (end == p || b <= 0 || b > 4096) {
-          std::fprintf(stderr, "--batches: a comma-separated list of 1..4096\n");
+        if (end == p || b <= 0 || b > 8192) {
+          std::fprintf(stderr, "--batches: a comma-separated list of 1..8192\n");
           return 2;
         }
         batches.push_back(b);

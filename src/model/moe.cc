@@ -38,7 +38,7 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
   Tensor xin = Tensor::empty({T * K, H}, dt, act, alloc);
   Tensor y = Tensor::empty({T * K, H}, dt, act, alloc);
   ops::gather_rows(x, src_token, xin);
-  if (ops::moe_experts_grouped(w.expert_table, T * K)) {
+  if (ops::moe_experts_grouped(w.expert_table)) {
     // Every expert in one launch per projection, from the device-side offsets.
     Tensor h = Tensor::empty({T * K, I}, dt, act, alloc);
     const MlpWeights& e0 = w.experts[0];
@@ -49,8 +49,8 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
                           .down_scale_ld = e0.down.block_scale()->stride(0)},
                          h, y);
   } else {
-    // The busiest expert can take every token, so the gate/up buffers have T rows; real runs
-    // and meta-mode traces allocate the same bytes.
+    // bf16 experts. The busiest expert can take every token, so the gate/up buffers have T rows;
+    // real runs and meta-mode traces allocate the same bytes.
     Tensor gate = Tensor::empty({T, I}, dt, act, alloc);
     Tensor up = Tensor::empty({T, I}, dt, act, alloc);
     if (offsets.raw()) {

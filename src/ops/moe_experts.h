@@ -1,7 +1,9 @@
 // The routed experts' SwiGLU MLPs over the permuted rows of ops::moe_align, for block-FP8
 // experts on the GPU: one launch per projection for all experts (gate·up with SiLU fused, then
 // down), each expert's rows read from the device-side offsets, so a step never waits on the
-// host for expert counts and launches no per-expert work. Rows are quantised to e4m3 per token
+// host for expert counts and launches no per-expert work. Steps of up to
+// scratch::kMoeSkinnyMaxPairs rows run a batch-invariant skinny kernel, larger ones (prefill) a
+// tensor-core (wgmma) kernel. Rows are quantised to e4m3 per token
 // group of 128 on the way, as ops::linear does for FP8 weights.
 #pragma once
 
@@ -30,14 +32,17 @@ struct ExpertShapes {
 };
 
 namespace cuda {
+// Which grouped kernel runs: by the step's rows (kAuto, what the op does), or one forced (tests
+// compare the two on the same rows).
+enum class ExpertKernel { kAuto, kSkinny, kTensorCores };
 void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
-                     const ExpertShapes& s, Tensor& h, Tensor& y);
+                     const ExpertShapes& s, Tensor& h, Tensor& y,
+                     ExpertKernel kernel = ExpertKernel::kAuto);
 }  // namespace cuda
 
-// Whether a step of `pairs` (token, expert) rows takes the grouped path (table: defined when
-// the layer's experts qualified at load).
-inline bool moe_experts_grouped(const Tensor& table, int64_t pairs) {
-  return table.defined() && pairs <= scratch::kMoeGroupedMaxPairs;
+// Whether a layer's experts take the grouped path (table: defined when they qualified at load).
+inline bool moe_experts_grouped(const Tensor& table) {
+  return table.defined();
 }
 
 // x: bf16 [R, hidden], the permuted rows; offsets: i32 [E + 1] (ops::moe_align); h: bf16

@@ -139,10 +139,9 @@ constexpr int64_t moe_align_ints(int64_t pairs, int E) {
 }
 
 // --- Grouped FP8 experts (ops/moe_experts.h) ----------------------------------------------
-// Steps of at most this many (token, expert) pairs run every routed expert in one launch per
-// projection from device-side offsets (decode batches up to 256 at top-8); larger steps
-// (prefills) group rows per expert on the host and run each expert's GEMMs.
-inline constexpr int64_t kMoeGroupedMaxPairs = 2048;
+// Steps of at most this many (token, expert) pairs run the grouped experts' skinny kernel, batch
+// invariant (decode batches up to 256 at top-8); larger steps (prefill) the tensor-core one.
+inline constexpr int64_t kMoeSkinnyMaxPairs = 2048;
 // The pairs' quantised activations (hidden wide), then the SwiGLU output's (intermediate wide),
 // each region 256-byte aligned, then the active-expert list (E + 1 ints).
 constexpr int64_t moe_experts_fp8_bytes(int64_t pairs, int64_t hidden, int64_t inter, int64_t E) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <random>
 #include <vector>
@@ -417,7 +418,8 @@ struct GroupedRun {
   Tensor y, src_token, dest_row;
 };
 GroupedRun run_grouped(const Fp8Experts& ex, const Tensor& x_host, const Tensor& ids_host,
-                       int64_t E, int64_t I) {
+                       int64_t E, int64_t I,
+                       cuda::ExpertKernel kernel = cuda::ExpertKernel::kAuto) {
   const int64_t T = ids_host.dim(0), K = ids_host.dim(1), H = x_host.dim(1);
   Tensor src = gpu_empty({T * K}, DType::kI32), dest = gpu_empty({T, K}, DType::kI32);
   Tensor off = gpu_empty({E + 1}, DType::kI32);
@@ -429,7 +431,10 @@ GroupedRun run_grouped(const Fp8Experts& ex, const Tensor& x_host, const Tensor&
                        .inter = I,
                        .gate_up_scale_ld = (H + 127) / 128,
                        .down_scale_ld = (I + 127) / 128};
-  moe_experts_fp8(xin, off, ex.table, s, h, y);
+  if (kernel == cuda::ExpertKernel::kAuto)
+    moe_experts_fp8(xin, off, ex.table, s, h, y);
+  else
+    cuda::moe_experts_fp8(xin, off, ex.table, s, h, y, kernel);
   return {to_cpu(y), to_cpu(src), to_cpu(dest)};
 }
 
@@ -438,15 +443,14 @@ GroupedRun run_grouped(const Fp8Experts& ex, const Tensor& x_host, const Tensor&
 // summation order and the bf16 roundings differ, plus the rare e4m3 rounding of an
 // intermediate tipped by them, so the FP8 linear's emulated tolerance (4e-3 rel-L2) holds; a
 // wrong expert, scale or row would not. Experts with no rows, with one row, and with more rows
-// than one 8-row tile; widths not multiples of 128.
-TEST(MoeCuda, GroupedFp8ExpertsMatchEmulation) {
-  MLS_REQUIRE_GPU();
-  const int64_t E = 12, H = 400, I = 208, T = 23, K = 3;
+// than one tile; widths not multiples of 128 (partial K blocks and weight tiles).
+void check_grouped_against_emulation(int64_t T, cuda::ExpertKernel kernel) {
+  const int64_t E = 12, H = 400, I = 208, K = 3;
   const Fp8Experts ex = make_experts(E, H, I, 500);
   std::vector<int32_t> ids(T * K);
   std::mt19937 g(9);
   for (int64_t t = 0; t < T; ++t) {
-    ids[t * K] = 0;  // expert 0 takes every token: three 8-row tiles
+    ids[t * K] = 0;  // expert 0 takes every token: several tiles, the last one partial
     ids[t * K + 1] = 1 + static_cast<int32_t>(g() % 5);
     ids[t * K + 2] = 6 + static_cast<int32_t>(g() % 4);  // experts 10, 11 stay empty
   }
@@ -454,7 +458,7 @@ TEST(MoeCuda, GroupedFp8ExpertsMatchEmulation) {
   Tensor ids_host = cpu_empty({T, K}, DType::kI32);
   std::copy(ids.begin(), ids.end(), ids_host.data<int32_t>());
   const Tensor x = test::round_bf16(random_cpu({T, H}, 77));
-  const GroupedRun got = run_grouped(ex, x, ids_host, E, I);
+  const GroupedRun got = run_grouped(ex, x, ids_host, E, I, kernel);
 
   Tensor want = cpu_empty({T * K, H}, DType::kF32);
   for (int64_t t = 0; t < T; ++t)
@@ -483,7 +487,27 @@ TEST(MoeCuda, GroupedFp8ExpertsMatchEmulation) {
         want.data<float>()[r * H + n] = static_cast<float>(acc);
       }
     }
-  EXPECT_LE(rel_l2(got.y, want), 4e-3);
+  const double err = rel_l2(got.y, want);
+  std::printf("%ld tokens, kernel %d: rel-L2 %.2e\n", static_cast<long>(T),
+              static_cast<int>(kernel), err);
+  EXPECT_LE(err, 4e-3) << T << " tokens";
+}
+
+// 69 rows: the skinny kernel (three 8-row tiles for expert 0), and the same kernel forced on
+// 2,100 rows.
+TEST(MoeCuda, GroupedFp8ExpertsMatchEmulation) {
+  MLS_REQUIRE_GPU();
+  check_grouped_against_emulation(23, cuda::ExpertKernel::kAuto);
+  check_grouped_against_emulation(700, cuda::ExpertKernel::kSkinny);
+}
+
+// 2,100 rows, past scratch::kMoeSkinnyMaxPairs: the tensor-core kernel (expert 0's 700 rows in
+// six 128-row tiles, the last partial), and the same kernel forced on 69 rows.
+TEST(MoeCuda, GroupedFp8ExpertsOnTensorCoresMatchEmulation) {
+  MLS_REQUIRE_GPU();
+  static_assert(700 * 3 > scratch::kMoeSkinnyMaxPairs);
+  check_grouped_against_emulation(700, cuda::ExpertKernel::kAuto);
+  check_grouped_against_emulation(23, cuda::ExpertKernel::kTensorCores);
 }
 
 // A token's rows depend on that token alone: run by itself, its expert outputs equal, bit for

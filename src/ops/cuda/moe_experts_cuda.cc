@@ -10,7 +10,7 @@
 namespace mls::ops::cuda {
 
 void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
-                     const ExpertShapes& s, Tensor& h, Tensor& y) {
+                     const ExpertShapes& s, Tensor& h, Tensor& y, ExpertKernel kernel) {
   const int64_t R = x.dim(0), H = s.hidden, I = s.inter, E = offsets.numel() - 1;
   if (E > kernels::kMoeMaxExperts)
     raise<Unsupported>("moe_experts_fp8 on the GPU: {} experts (at most {})", E,
@@ -32,9 +32,13 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
   const auto* addr = reinterpret_cast<const uint64_t*>(rows);
   const int max_active = static_cast<int>(std::min<int64_t>(E, R));
 
-  mls::cuda::check(kernels::launch_moe_active_experts(offsets.data<int32_t>(), static_cast<int>(E),
-                                                      active, stream),
-                   "moe_experts_fp8: active experts");
+  // Few rows per expert (decode): the skinny kernel over the active experts; many: tensor cores.
+  const bool skinny = kernel == ExpertKernel::kAuto ? R <= scratch::kMoeSkinnyMaxPairs
+                                                    : kernel == ExpertKernel::kSkinny;
+  if (skinny)
+    mls::cuda::check(kernels::launch_moe_active_experts(offsets.data<int32_t>(),
+                                                        static_cast<int>(E), active, stream),
+                     "moe_experts_fp8: active experts");
   mls::cuda::check(
       kernels::launch_quantize_fp8_act(x.raw(), x.stride(0), R, H, ldx, R, xq, xs, stream),
       "moe_experts_fp8: quantise rows");
@@ -50,13 +54,15 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
                             .offsets = offsets.data<int32_t>(),
                             .active = active,
                             .max_active = max_active,
+                            .experts = static_cast<int>(E),
                             .rows = R,
                             .y = h.raw(),
                             .ldy = h.stride(0),
                             .N = I,
                             .K = H,
                             .gated = true};
-  mls::cuda::check(kernels::launch_moe_fp8_gemm(a, stream), "moe_experts_fp8: gate and up");
+  const auto gemm = skinny ? kernels::launch_moe_fp8_gemm : kernels::launch_moe_fp8_gemm_tc;
+  mls::cuda::check(gemm(a, stream), "moe_experts_fp8: gate and up");
   mls::cuda::check(
       kernels::launch_quantize_fp8_act(h.raw(), h.stride(0), R, I, ldh, R, hq, hs, stream),
       "moe_experts_fp8: quantise SwiGLU outputs");
@@ -73,7 +79,7 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
   a.N = H;
   a.K = I;
   a.gated = false;
-  mls::cuda::check(kernels::launch_moe_fp8_gemm(a, stream), "moe_experts_fp8: down");
+  mls::cuda::check(gemm(a, stream), "moe_experts_fp8: down");
 }
 
 }  // namespace mls::ops::cuda

@@ -1,6 +1,8 @@
-// Launchers for the grouped block-FP8 expert GEMMs (moe_fp8_kernels.cu): every routed expert of
-// a MoE layer in one launch per projection, each expert's rows read from the device-side
-// offsets of ops::moe_align, so a decode step never waits on the host for expert counts.
+// Launchers for the grouped block-FP8 expert GEMMs: every routed expert of a MoE layer in one
+// launch per projection, each expert's rows read from the device-side offsets of
+// ops::moe_align, so a step never waits on the host for expert counts. Two kernels of one
+// contract: the skinny one for steps of few rows per expert (decode; moe_fp8_kernels.cu, batch
+// invariant) and the tensor-core one for many (prefill; moe_fp8_tc_kernels.cu, wgmma).
 // Included by nvcc: no project header with fmt.
 #pragma once
 
@@ -35,6 +37,7 @@ struct MoeFp8GemmArgs {
   const int32_t* offsets;
   const int32_t* active;  // from launch_moe_active_experts
   int max_active;         // host bound on active[0]: min(E, rows)
+  int experts;            // E: offsets holds E + 1 entries
   int64_t rows;           // rows of all experts (offsets[E])
   // CTAs that split each weight tile's rows between them, 8 rows at a time, reading the tile's
   // weights side by side (one DRAM pass): 1 to 4; 0 lets the launcher choose from the mean rows
@@ -46,5 +49,10 @@ struct MoeFp8GemmArgs {
   bool gated;
 };
 cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
+// The same on the tensor cores (sm_90a wgmma): 128-row tiles of each expert's rows, a
+// persistent grid of one CTA per SM. Ignores `active`, `max_active` and `passes`; needs
+// E <= kMoeMaxExperts and ldq % 16 == 0. Not bitwise equal to launch_moe_fp8_gemm (fp32 sums
+// inside a 128-wide K block come in the tensor core's order).
+cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream);
 
 }  // namespace mls::ops::cuda::kernels

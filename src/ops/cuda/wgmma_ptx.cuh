@@ -1,0 +1,76 @@
+// Inline PTX for Hopper's warpgroup MMA (wgmma, sm_90a): shared-memory operand descriptors for
+// K-major tiles in 128-byte swizzled rows, and the e4m3 m64n128k32 MMA with fp32 accumulators.
+// Layout contract (the one TMA's 128-byte swizzle writes): an operand tile is rows of exactly
+// 128 bytes of K, 8-row atoms of 1,024 bytes stacked along M (or N), the tile 1,024-byte
+// aligned; the 16-byte chunk c of row r sits at chunk c ^ (r % 8) of that row.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/cuda/mma_ptx.cuh"
+
+namespace mls::ops::cuda::kernels {
+
+// Byte offset, inside a 128-byte-swizzled tile, of the 16-byte chunk `chunk` of row `row`.
+__device__ __forceinline__ uint32_t swizzle128(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// Descriptor of a K-major operand starting at `tile` (a 1,024-byte-aligned atom row): 128-byte
+// swizzle, atoms 1,024 bytes apart. K steps inside the 128-byte row advance the start address
+// (the swizzle applies to absolute address bits, hence the alignment).
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* tile) {
+  const uint64_t addr = smem_addr(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins the accumulator registers at this point of the program: without it the compiler may
+// move their reads above wgmma_wait or their writes below a wgmma issue (the asm's register
+// operands say nothing of the asynchronous proxy).
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async) before later
+// async-proxy reads (wgmma, TMA) once a barrier follows.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// d (+)= A · Bᵀ for a warpgroup: A 64×32 e4m3 and B 128×32 e4m3, both K-major in shared memory;
+// accumulate == 0 overwrites d. d: the warpgroup's 64×128 fp32 accumulator fragment (thread
+// (warp w, lane l) holds rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1) at d[4j .. 4j + 3]).
+__device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t desc_a,
+                                                      uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+}  // namespace mls::ops::cuda::kernels

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
-#include "ops/copy.h"
+#include "ops/cache_write.h"
 #include "ops/elementwise.h"
 #include "ops/indexer_topk.h"
 #include "ops/linear.h"
-#include "ops/norm.h"
+#include "ops/rope.h"
 
 namespace mls {
 
@@ -22,10 +22,12 @@ Tensor dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t la
   Tensor q3 = q.view({N, hi, di});
   ops::apply_rope(q3, 0, step.positions, k.rope, k.indexer_rope_style);  // rope part first
 
-  Tensor key = Tensor::empty({N, di}, dt, act, a);
-  ops::layer_norm(proj.narrow(1, cols.index_k, di), w.idx_k_norm_w, w.idx_k_norm_b, 1e-6f, key);
-  ops::apply_rope(key, 0, step.positions, k.rope, k.indexer_rope_style);
-  ops::scatter_rows(key, step.slots, index_cache);
+  // layer_norm, then RoPE over the first rotary dims, into the cache in one op; the dense keys
+  // only for an observer.
+  Tensor key = step.observer ? Tensor::empty({N, di}, dt, act, a) : Tensor();
+  ops::indexer_key_write(proj.narrow(1, cols.index_k, di), w.idx_k_norm_w, w.idx_k_norm_b, 1e-6f,
+                         step.positions, step.slots, k.rope, k.indexer_rope_style, index_cache,
+                         step.observer ? &key : nullptr);
 
   Tensor weights = Tensor::empty({N, hi}, dt, act, a);
   const float head_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi)));

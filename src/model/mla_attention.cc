@@ -1,6 +1,7 @@
 #include "model/mla_attention.h"
 
 #include "ops/attention.h"
+#include "ops/cache_write.h"
 #include "ops/copy.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
@@ -35,14 +36,9 @@ void MlaAttention::project(const LayerWeights& w, const StepContext& step, Tenso
   q = q.view({N, nh, dq});
   ops::apply_rope(q, c_.qk_nope_head_dim, step.positions, k_.rope, k_.mla_rope_style);
 
-  // [c, k_rot] is exactly the cache row: normalise c and rotate k_rot, then store.
-  Tensor ckv = Tensor::empty({N, rkv + dr}, dt, act, al);
-  Tensor c = ckv.narrow(1, 0, rkv);
-  ops::rms_norm(a.narrow(1, cols.kv, rkv), w.kv_a_norm, 1e-6f, c);
-  Tensor k_rot = ckv.narrow(1, rkv, dr);
-  ops::copy(a.narrow(1, cols.kv + rkv, dr), k_rot);
-  ops::apply_rope(ckv, rkv, step.positions, k_.rope, k_.mla_rope_style);
-  ops::scatter_rows(ckv, step.slots, latent_cache);
+  // [c, k_rot] is exactly the cache row: normalise c and rotate k_rot into it, in one op.
+  ops::latent_cache_write(a.narrow(1, cols.kv, rkv + dr), w.kv_a_norm, 1e-6f, step.positions,
+                          step.slots, k_.rope, k_.mla_rope_style, latent_cache);
 }
 
 Tensor MlaAttention::attend(const LayerWeights& w, const StepContext& step,

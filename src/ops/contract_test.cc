@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ops/attention.h"
+#include "ops/cache_write.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/indexer_topk.h"
@@ -118,6 +119,20 @@ std::vector<Case> cases() {
          apply_rope(x, 4, m.i32({bad ? 3 : 2}), rope, RopeStyle::kHalfSplit);
        },
        "apply_rope: positions"},
+      {"latent_cache_write",
+       [rope](const Maker& m, bool bad) {
+         Tensor cache = m.a({6, bad ? 23 : 24});
+         latent_cache_write(m.a({2, 24}), m.f32({16}), 1e-6f, m.i32({2}), m.i32({2}), rope,
+                            RopeStyle::kInterleaved, cache);
+       },
+       "latent_cache_write: cache"},
+      {"indexer_key_write",
+       [rope](const Maker& m, bool bad) {
+         Tensor cache = m.a({6, 16}), key = m.a({bad ? 3 : 2, 16});
+         indexer_key_write(m.a({2, 16}), m.f32({16}), m.f32({16}), 1e-6f, m.i32({2}), m.i32({2}),
+                           rope, RopeStyle::kHalfSplit, cache, &key);
+       },
+       "indexer_key_write: key"},
       {"attention",
        [](const Maker& m, bool bad) {
          Tensor out = m.a({2, bad ? 3 : 4, 8});
@@ -271,6 +286,77 @@ TEST_F(ContractTest, MoeExpertsFp8) {
   EXPECT_THROW(moe_experts_fp8(cpu.a({6, 32}), cpu.i32({5}),
                                cpu.make({kExpertTableRows, 4}, DType::kI64), s, h, y),
                Unsupported);
+}
+
+// The fused cache writes name the operand at fault, on the CPU and in meta mode for a GPU alike.
+TEST_F(ContractTest, CacheWritesRejectEachMisfit) {
+  const RopeTable rope(RopeParamsF{}, 8);
+  for (const Maker& m : makers_) {
+    SCOPED_TRACE(m.label);
+    const auto latent = [&](const Tensor& kv, const Tensor& w, const Tensor& pos,
+                            const Tensor& slots, const RopeTable& table, Tensor cache) {
+      latent_cache_write(kv, w, 1e-6f, pos, slots, table, RopeStyle::kInterleaved, cache);
+    };
+    const auto expect = [](const std::function<void()>& call, const std::string& names) {
+      try {
+        call();
+        ADD_FAILURE() << "no error for " << names;
+      } catch (const ShapeError& e) {
+        EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+      }
+    };
+    const Tensor kv = m.a({2, 24}), w = m.f32({16}), pos = m.i32({2}), slots = m.i32({2});
+    const Tensor cache = m.a({6, 24});
+    EXPECT_NO_THROW(latent(kv, w, pos, slots, rope, cache));
+    expect([&] { latent(kv, m.f32({15}), pos, slots, rope, cache); }, "latent_cache_write: norm_w");
+    expect([&] { latent(kv, m.make({16}, DType::kI32), pos, slots, rope, cache); },
+           "latent_cache_write: norm_w");
+    expect([&] { latent(kv, w, pos, slots, RopeTable(RopeParamsF{}, 7), cache); },
+           "latent_cache_write: kv");
+    expect([&] { latent(kv, w, pos, slots, RopeTable(RopeParamsF{}, 16), cache); },
+           "latent_cache_write: norm_w");
+    expect(
+        [&] {
+          latent(m.a({2, 4}), w, pos, slots, rope, m.a({6, 4}));
+        },
+        "latent_cache_write: kv");
+    expect([&] { latent(kv, w, m.i32({3}), slots, rope, cache); }, "latent_cache_write: positions");
+    expect([&] { latent(kv, w, pos, m.f32({2}), rope, cache); }, "latent_cache_write: slots");
+    expect(
+        [&] {
+          latent(kv, w, pos, slots, rope, m.make({6, 24}, DType::kI32));
+        },
+        "latent_cache_write: cache");
+    expect(
+        [&] {
+          latent(kv.view({2, 2, 12}), w, pos, slots, rope, cache);
+        },
+        "latent_cache_write: kv");
+
+    const auto index = [&](const Tensor& x, const Tensor& b, const Tensor& pos_, Tensor cache_,
+                           Tensor* key) {
+      indexer_key_write(x, m.f32({16}), b, 1e-6f, pos_, slots, rope, RopeStyle::kHalfSplit, cache_,
+                        key);
+    };
+    const Tensor x = m.a({2, 16}), b = m.f32({16});
+    Tensor key = m.a({2, 16});
+    EXPECT_NO_THROW(index(x, b, pos, m.a({6, 16}), &key));
+    EXPECT_NO_THROW(index(x, b, pos, m.a({6, 16}), nullptr));
+    expect([&] { index(x, m.f32({8}), pos, m.a({6, 16}), nullptr); }, "indexer_key_write: norm_b");
+    expect([&] { index(m.a({2, 6}), b, pos, m.a({6, 6}), nullptr); }, "indexer_key_write: x");
+    expect([&] { index(x, b, m.i32({1}), m.a({6, 16}), nullptr); }, "indexer_key_write: positions");
+    expect([&] { index(x, b, pos, m.a({6, 12}), nullptr); }, "indexer_key_write: cache");
+    Tensor wrong_key = m.make({2, 16}, m.act == DType::kF32 ? DType::kBF16 : DType::kF32);
+    expect([&] { index(x, b, pos, m.a({6, 16}), &wrong_key); }, "indexer_key_write: key");
+  }
+  // Where tensors have memory: the cache may not be the input.
+  Tensor buf = Tensor::zeros({2, 24}, DType::kF32, MemTag::kActivation);
+  Tensor same = buf;
+  EXPECT_THROW(latent_cache_write(buf, Tensor::zeros({16}, DType::kF32, MemTag::kWeights), 1e-6f,
+                                  Tensor::zeros({2}, DType::kI32, MemTag::kActivation),
+                                  Tensor::zeros({2}, DType::kI32, MemTag::kActivation), rope,
+                                  RopeStyle::kInterleaved, same),
+               ShapeError);
 }
 
 // Aliasing: a GEMM cannot write into its own input; interleaved column slices of one buffer

@@ -1,6 +1,5 @@
-#include <cmath>
-
 #include "core/thread_pool.h"
+#include "ops/cpu/norm_row.h"
 #include "ops/norm.h"
 
 namespace mls::ops::cpu {
@@ -10,12 +9,8 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
   const float* wp = w.data<float>();
   ThreadPool::global().parallel_for(x.dim(0), 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      const float* xr = x.data<float>() + t * x.stride(0);
-      float* yr = y.data<float>() + t * y.stride(0);
-      double ss = 0;
-      for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-      const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
-      for (int64_t i = 0; i < n; ++i) yr[i] = wp[i] * (xr[i] * inv);
+      rms_norm_row(x.data<float>() + t * x.stride(0), wp, n, eps,
+                   y.data<float>() + t * y.stride(0));
     }
   });
 }
@@ -26,17 +21,8 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Te
   const float* bp = b.data<float>();
   ThreadPool::global().parallel_for(x.dim(0), 16, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
-      const float* xr = x.data<float>() + t * x.stride(0);
-      float* yr = y.data<float>() + t * y.stride(0);
-      double mean = 0;
-      for (int64_t i = 0; i < n; ++i) mean += xr[i];
-      mean /= n;
-      double var = 0;
-      for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-      var /= n;
-      const double inv = 1.0 / std::sqrt(var + eps);
-      for (int64_t i = 0; i < n; ++i)
-        yr[i] = static_cast<float>((xr[i] - mean) * inv) * wp[i] + bp[i];
+      layer_norm_row(x.data<float>() + t * x.stride(0), wp, bp, n, eps,
+                     y.data<float>() + t * y.stride(0));
     }
   });
 }

@@ -2,6 +2,7 @@
 
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/rope_kernels.h"
+#include "ops/cuda/rope_row.cuh"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -37,10 +38,9 @@ __global__ void __launch_bounds__(256)
   const int64_t t = blockIdx.x;
   const int half = f.half;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    // The fp32 angle, as transformers computes it; accurate cosf/sinf of that value.
-    const float angle = static_cast<float>(positions[t]) * f.inv_freq[i];
-    cs[i] = cosf(angle) * f.scaling;
-    sn[i] = sinf(angle) * f.scaling;
+    const float2 r = rope_row::cos_sin(positions[t], f.inv_freq[i], f.scaling);
+    cs[i] = r.x;
+    sn[i] = r.y;
   }
   __syncthreads();
   const int lane = threadIdx.x % 32;
@@ -73,9 +73,9 @@ __global__ void __launch_bounds__(256)
       for (int k = 0; k < kSlots; ++k) {
         const int i = lane + 32 * k;
         if (i >= half) continue;
-        const float fa = to_f(a[g][k]), fb = to_f(b[g][k]);
-        store(v + i, fa * cs[i] - fb * sn[i]);
-        store(v + i + half, fb * cs[i] + fa * sn[i]);
+        const float2 r = rope_row::rotate(to_f(a[g][k]), to_f(b[g][k]), make_float2(cs[i], sn[i]));
+        store(v + i, r.x);
+        store(v + i + half, r.y);
       }
     }
   }

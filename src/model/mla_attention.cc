@@ -2,7 +2,6 @@
 
 #include "ops/attention.h"
 #include "ops/cache_write.h"
-#include "ops/copy.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
@@ -34,7 +33,6 @@ void MlaAttention::project(const LayerWeights& w, const StepContext& step, Tenso
     ops::linear(h, w.q_proj, q);
   }
   q = q.view({N, nh, dq});
-  ops::apply_rope(q, c_.qk_nope_head_dim, step.positions, k_.rope, k_.mla_rope_style);
 
   // [c, k_rot] is exactly the cache row: normalise c and rotate k_rot into it, in one op.
   ops::latent_cache_write(a.narrow(1, cols.kv, rkv + dr), w.kv_a_norm, 1e-6f, step.positions,
@@ -55,7 +53,7 @@ Tensor MlaAttention::attend(const LayerWeights& w, const StepContext& step,
   Tensor q_lat_c = q_lat.narrow(2, 0, rkv);
   ops::linear_batched(q.narrow(2, 0, dn), w.w_uk_t, q_lat_c);
   Tensor q_lat_rot = q_lat.narrow(2, rkv, dr);
-  ops::copy(q.narrow(2, dn, dr), q_lat_rot);
+  ops::rope_into(q.narrow(2, dn, dr), step.positions, k_.rope, k_.mla_rope_style, q_lat_rot);
 
   // One latent "head" shared by all query heads, read from the cache in place; every sequence
   // of the step in one call.

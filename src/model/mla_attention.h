@@ -17,8 +17,9 @@ class MlaAttention {
       : c_(c), k_(k), layer_(layer) {}
 
   // Step 1: from the fused replicated projection `a` [N, Wa] (see LayerWeights::fused_a):
-  // q_a_layernorm, q_b_proj, kv_a_layernorm, RoPE, cache write. Returns q (local heads
-  // [N, nh, dq]) and, on a layer that owns a DSA indexer, its queries index_q [N, hi·di]
+  // q_a_layernorm, q_b_proj, kv_a_layernorm, the cache row's RoPE and write. Returns q (local
+  // heads [N, nh, dq], its rotary part not yet rotated: attend rotates it into the latent query)
+  // and, on a layer that owns a DSA indexer, its queries index_q [N, hi·di]
   // (the indexer's wq_b of q_a_layernorm's output, computed beside q_b_proj: one input, so one
   // ops::linear_pair). Without q_lora, q = q_proj(h) and h must be replicated.
   void project(const LayerWeights& w, const StepContext& step, Tensor& latent_cache,

@@ -134,6 +134,41 @@ TEST(Rope, InterleavedWritesHalfSplitAndHalfSplitRotates) {
   }
 }
 
+// rope_into writes what apply_rope would leave in place, bit for bit, from a strided source
+// (the query heads' rotary columns) into a strided destination (the latent query's), leaving the
+// source and the destination's other columns as they were.
+TEST(Rope, IntoEqualsCopyThenApplyRope) {
+  RopeParamsF p;
+  p.theta = 1e4;
+  const RopeTable table(p, 8);
+  const Tensor pos = ids({0, 5, 17});
+  const auto values = [](const Tensor& t) {  // row-major values of a strided 3-d view
+    std::vector<float> v;
+    for (int64_t i = 0; i < t.dim(0); ++i)
+      for (int64_t j = 0; j < t.dim(1); ++j)
+        for (int64_t k = 0; k < t.dim(2); ++k)
+          v.push_back(t.data<float>()[i * t.stride(0) + j * t.stride(1) + k * t.stride(2)]);
+    return v;
+  };
+  for (const RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalfSplit}) {
+    const Tensor q = random({3, 4, 20}, 11);  // rope part: columns 12..19
+    const Tensor src = q.narrow(2, 12, 8);
+    const std::vector<float> before = values(src);
+    Tensor lat = Tensor::zeros({3, 4, 30}, DType::kF32, MemTag::kActivation);
+    Tensor out = lat.narrow(2, 22, 8);
+    rope_into(src, pos, table, style, out);
+    Tensor want = Tensor::empty({3, 4, 8}, DType::kF32, MemTag::kActivation);
+    copy(src, want);
+    apply_rope(want, 0, pos, table, style);
+    EXPECT_EQ(values(out), values(want));
+    EXPECT_EQ(values(src), before);
+    EXPECT_EQ(values(lat.narrow(2, 0, 22)), std::vector<float>(3 * 4 * 22, 0.0f));
+  }
+  Tensor wrong = Tensor::zeros({3, 4, 6}, DType::kF32, MemTag::kActivation);
+  EXPECT_THROW(rope_into(random({3, 4, 6}, 1), pos, table, RopeStyle::kHalfSplit, wrong),
+               ShapeError);
+}
+
 TEST(Attention, CausalAndSparseMatchNaive) {
   const int T = 5, H = 2, D = 3, Dv = 2;
   Tensor q = random({T, H, D}, 3), k = random({T, H, D}, 4), v = random({T, H, Dv}, 5);

@@ -45,11 +45,15 @@ enum class RopeStyle { kInterleaved, kHalfSplit };
 namespace cpu {
 void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTable& table,
                 RopeStyle style);
-}
+void rope_into(const Tensor& x, const Tensor& positions, const RopeTable& table, RopeStyle style,
+               Tensor& out);
+}  // namespace cpu
 namespace cuda {
 void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTable& table,
                 RopeStyle style);
-}
+void rope_into(const Tensor& x, const Tensor& positions, const RopeTable& table, RopeStyle style,
+               Tensor& out);
+}  // namespace cuda
 
 // x [T, H, D] or [T, D] with unit inner stride, columns [offset, offset + dim) inside D, dim even;
 // positions contiguous i32 [T] on x's device.
@@ -70,6 +74,28 @@ inline void apply_rope_contract(const Tensor& x, int64_t offset, const Tensor& p
 inline void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTable& table,
                        RopeStyle style) {
   MLS_DISPATCH(x, apply_rope, x, offset, positions, table, style);
+}
+
+// x, out: [T, H, d] (or [T, d]) of one dtype, d the table's rotary dim, unit inner stride, apart.
+inline void rope_into_contract(const Tensor& x, const Tensor& positions, const RopeTable& table,
+                               RopeStyle, const Tensor& out) {
+  const Contract c("rope_into", out);
+  c.need((x.ndim() == 2 || x.ndim() == 3) && x.stride(-1) == 1 && x.dim(-1) == table.dim() &&
+             table.dim() % 2 == 0,
+         "x", x, "[T, (H,) {}] with unit inner stride (the even rotary dim)", table.dim());
+  c.need(out.shape() == x.shape() && out.dtype() == x.dtype() && out.stride(-1) == 1, "out", out,
+         "{} {} with unit inner stride like x", dtype_name(x.dtype()), x.shape().str());
+  c.index("positions", positions, x.dim(0));
+  c.activation("x", x);
+  c.on_device("x", x);
+  c.disjoint("out", out, "x", x);
+}
+
+// out = x rotated by positions[t] (i32 [T]), as apply_rope(x, 0, ...) would leave x; x is left as
+// it is. One pass where a copy and an in-place rotation would take two.
+inline void rope_into(const Tensor& x, const Tensor& positions, const RopeTable& table,
+                      RopeStyle style, Tensor& out) {
+  MLS_DISPATCH(out, rope_into, x, positions, table, style, out);
 }
 
 }  // namespace mls::ops

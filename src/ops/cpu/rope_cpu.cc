@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/copy.h"
 #include "ops/cpu/rope_row.h"
 #include "ops/rope.h"
 
@@ -22,6 +23,12 @@ void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTa
       std::copy(tmp.begin(), tmp.end(), v);
     }
   }
+}
+
+void rope_into(const Tensor& x, const Tensor& positions, const RopeTable& table, RopeStyle style,
+               Tensor& out) {
+  ops::copy(x, out);
+  cpu::apply_rope(out, 0, positions, table, style);
 }
 
 }  // namespace mls::ops::cpu

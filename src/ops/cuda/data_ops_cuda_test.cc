@@ -406,6 +406,32 @@ TEST(CudaRope, MatchesCpuForBothStylesWithYarn) {
     }
 }
 
+// rope_into on the GPU: bit for bit what the GPU's apply_rope leaves in place, for the MLA
+// query's rotary columns into the latent query's (both strided), and within the rope tolerance of
+// the CPU op.
+TEST(CudaRope, IntoEqualsApplyRopeInPlace) {
+  MLS_REQUIRE_GPU();
+  const RopeTable table(yarn_params(), 64);
+  const Tensor pos_h = ints_cpu({3, 0, 4095, 77, 12});
+  const Tensor pos = to_gpu(pos_h, DType::kI32);
+  for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalfSplit})
+    for (DType d : {kBF, kF}) {
+      const Tensor q_h = random_cpu({5, 16, 192}, 31);
+      const Tensor q = to_gpu(q_h, d);
+      Tensor lat = dev_empty({5, 16, 576}, d);
+      Tensor out = lat.narrow(2, 512, 64);
+      rope_into(q.narrow(2, 128, 64), pos, table, style, out);
+      Tensor in_place = to_gpu(q_h, d);
+      Tensor rot = in_place.narrow(2, 128, 64);
+      apply_rope(rot, 0, pos, table, style);
+      const Tensor got = to_cpu(out), want = to_cpu(rot);
+      ASSERT_TRUE(close(got, want, 0)) << dn(d);
+      Tensor cpu_out = host_empty({5, 16, 64});
+      rope_into(seen_as(q_h, d).narrow(2, 128, 64), pos_h, table, style, cpu_out);
+      EXPECT_TRUE(close(got, cpu_out, out_tol(d))) << dn(d);
+    }
+}
+
 TEST(CudaRope, RejectsMisfits) {
   MLS_REQUIRE_GPU();
   const RopeTable table(yarn_params(), 64);

@@ -43,6 +43,10 @@ struct MoeFp8GemmArgs {
   // weights side by side (one DRAM pass): 1 to 4; 0 lets the launcher choose from the mean rows
   // per active expert (bench/fp8_kernels_benchmark sweeps it).
   int passes = 0;
+  // Tensor-core kernel: K summed inside the tensor cores between promotions to the fp32
+  // accumulator, 32, 64 or 128; 0: the launcher's default (bench/fp8_kernels_benchmark sweeps
+  // it: Hopper's FP8 MMAs accumulate with fewer bits than fp32).
+  int promote_k = 0;
   void* y;  // bf16 [rows, ldy]
   int64_t ldy;
   int64_t N, K;

@@ -35,6 +35,8 @@ namespace {
 constexpr int kBM = 128, kBN = 128, kBK = 128;
 constexpr int kStages = 5;
 constexpr int kThreads = 256;
+// K summed inside the tensor cores between promotions (the launcher's default).
+constexpr int kDefaultPromoteK = 128;
 constexpr int kTileBytes = kBM * kBK;  // one operand's K block (e4m3)
 // Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
 constexpr int kScaleBytes = (kBM + 4) * 4;
@@ -72,7 +74,9 @@ __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
   return true;
 }
 
-template <bool kGated>
+// kSub: MMAs (32 K each) accumulated in the tensor cores before each promotion to the fp32
+// accumulator.
+template <bool kGated, int kSub>
 __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8GemmArgs a) {
   pdl_begin();
   extern __shared__ uint8_t smem_raw[];
@@ -165,9 +169,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8Gem
       if (s < KB) load(s, s);
       cp_async_commit();
     }
-    // Adds block kb's fragment to the accumulator with its scales (from the ring).
-    const auto promote = [&](float(&part)[64], int64_t kb) {
-      const float* sc = ss + static_cast<int>(kb % kStages) * (kBM + 4);
+    // Sub-step i: kSub of the kBK / 32 MMAs of K block i / kPer into a fresh fragment.
+    constexpr int kPer = kBK / 32 / kSub;
+    const int64_t steps = KB * kPer;
+    // Adds sub-step i's fragment to the accumulator with its block's scales (from the ring).
+    const auto promote = [&](float(&part)[64], int64_t i) {
+      const float* sc = ss + static_cast<int>((i / kPer) % kStages) * (kBM + 4);
       const float sx0 = sc[frag_row], sx1 = sc[frag_row + 8];
       const float sw1 = sc[kBM], sw2 = kGated ? sc[kBM + 1] : sw1;
 #pragma unroll
@@ -179,46 +186,50 @@ __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8Gem
         acc[4 * j + 3] += part[4 * j + 3] * (sx1 * sw);
       }
     };
-    // Block kb: wait for its slot, refill the ring, issue its MMAs into `cur`.
-    const auto issue = [&](int64_t kb, float(&cur)[64]) {
-      cp_async_wait<kStages - 3>();
-      fence_proxy_async_smem();
-      __syncthreads();  // block kb is in its slot; block kb - 2's slot is free
-      if (kb + kStages - 2 < KB)
-        load(static_cast<int>((kb + kStages - 2) % kStages), kb + kStages - 2);
-      cp_async_commit();
+    // Sub-step i into `cur`; the first of a block waits for the block's slot and refills the ring.
+    const auto issue = [&](int64_t i, float(&cur)[64]) {
+      const int64_t kb = i / kPer;
+      const int sub = static_cast<int>(i % kPer);
+      if (sub == 0) {
+        cp_async_wait<kStages - 3>();
+        fence_proxy_async_smem();
+        __syncthreads();  // block kb is in its slot; block kb - 2's slot is free
+        if (kb + kStages - 2 < KB)
+          load(static_cast<int>((kb + kStages - 2) % kStages), kb + kStages - 2);
+        cp_async_commit();
+      }
       const int slot = static_cast<int>(kb % kStages);
-      const uint64_t da = wgmma_desc_sw128(sa + slot * kTileBytes + wg * 64 * kBK);
-      const uint64_t db = wgmma_desc_sw128(sb + slot * kTileBytes);
+      // +32 bytes of K per MMA: 2 in the descriptors' 16-byte units.
+      const uint64_t da = wgmma_desc_sw128(sa + slot * kTileBytes + wg * 64 * kBK) + 2 * kSub * sub;
+      const uint64_t db = wgmma_desc_sw128(sb + slot * kTileBytes) + 2 * kSub * sub;
       wgmma_fence_operands(cur);
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < kBK / 32; ++k)
-        wgmma_e4m3_m64n128k32(cur, da + 2 * k, db + 2 * k, k);  // +32 bytes: 2 in 16-byte units
+      for (int k = 0; k < kSub; ++k) wgmma_e4m3_m64n128k32(cur, da + 2 * k, db + 2 * k, k);
       wgmma_commit();
     };
-    // Block kb into `cur`, then block kb - 1 promoted from `prev` once its MMAs are done.
-    const auto step = [&](int64_t kb, float(&cur)[64], float(&prev)[64]) {
-      issue(kb, cur);
+    // Sub-step i into `cur`, then sub-step i - 1 promoted from `prev` once its MMAs are done.
+    const auto step = [&](int64_t i, float(&cur)[64], float(&prev)[64]) {
+      issue(i, cur);
       wgmma_wait<1>();
       wgmma_fence_operands(prev);
-      promote(prev, kb - 1);
+      promote(prev, i - 1);
     };
     issue(0, p0);
-    int64_t kb = 1;
-    for (; kb + 1 < KB; kb += 2) {
-      step(kb, p1, p0);
-      step(kb + 1, p0, p1);
+    int64_t i = 1;
+    for (; i + 1 < steps; i += 2) {
+      step(i, p1, p0);
+      step(i + 1, p0, p1);
     }
-    if (kb < KB) {
-      step(kb, p1, p0);
+    if (i < steps) {
+      step(i, p1, p0);
       wgmma_wait<0>();
       wgmma_fence_operands(p1);
-      promote(p1, kb);
+      promote(p1, i);
     } else {
       wgmma_wait<0>();
       wgmma_fence_operands(p0);
-      promote(p0, kb - 1);
+      promote(p0, i - 1);
     }
 
     auto* y = static_cast<__nv_bfloat16*>(a.y);
@@ -263,16 +274,24 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   const int64_t tiles = ((a.rows + kBM - 1) / kBM + std::min<int64_t>(a.experts, a.rows)) *
                         ((a.N + n_step - 1) / n_step);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
-  const auto kernel = a.gated ? moe_fp8_tc_kernel<true> : moe_fp8_tc_kernel<false>;
+  using Kernel = void (*)(MoeFp8GemmArgs);
+  static constexpr Kernel kKernels[2][3] = {
+      {moe_fp8_tc_kernel<false, 1>, moe_fp8_tc_kernel<false, 2>, moe_fp8_tc_kernel<false, 4>},
+      {moe_fp8_tc_kernel<true, 1>, moe_fp8_tc_kernel<true, 2>, moe_fp8_tc_kernel<true, 4>}};
   static const cudaError_t attr = [] {
-    cudaError_t e = cudaFuncSetAttribute(moe_fp8_tc_kernel<true>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(moe_fp8_tc_kernel<false>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    return e;
+    for (const auto& row : kKernels)
+      for (const Kernel k : row)
+        if (const cudaError_t e =
+                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+            e != cudaSuccess)
+          return e;
+    return cudaSuccess;
   }();
   if (attr != cudaSuccess) return attr;
+  const int promote_k = a.promote_k > 0 ? a.promote_k : kDefaultPromoteK;
+  const int sub = promote_k == 32 ? 0 : promote_k == 64 ? 1 : promote_k == 128 ? 2 : -1;
+  if (sub < 0) return cudaErrorInvalidValue;
+  const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   launch(kernel, grid, kThreads, kSmemBytes, stream, a);
   return cudaGetLastError();
 }

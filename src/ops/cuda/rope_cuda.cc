@@ -6,10 +6,10 @@
 
 namespace mls::ops::cuda {
 
-void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTable& table,
-                RopeStyle style) {
+namespace {
+
+kernels::RopeFreqs freqs_of(const RopeTable& table) {
   const int d = table.dim();
-  const bool two_d = x.ndim() == 2;
   if (d / 2 > kernels::kMaxRopeHalf)
     raise<Unsupported>("apply_rope: rotary dim {} (at most {} on the GPU)", d,
                        2 * kernels::kMaxRopeHalf);
@@ -17,13 +17,38 @@ void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTa
   f.half = d / 2;
   f.scaling = table.scaling();
   std::copy(table.inv_freq().begin(), table.inv_freq().begin() + f.half, f.inv_freq);
-  const int64_t heads = two_d ? 1 : x.dim(1);
-  const int64_t head_stride = two_d ? 0 : x.stride(1);
+  return f;
+}
+
+kernels::RopeView view_of(const Tensor& x, int64_t offset) {
+  return {.token_stride = x.stride(0),
+          .head_stride = x.ndim() == 2 ? 0 : x.stride(1),
+          .offset = offset};
+}
+
+int64_t heads_of(const Tensor& x) {
+  return x.ndim() == 2 ? 1 : x.dim(1);
+}
+
+}  // namespace
+
+void apply_rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeTable& table,
+                RopeStyle style) {
+  const kernels::RopeView v = view_of(x, offset);
   mls::cuda::check(
-      kernels::launch_apply_rope(x.raw(), x.dtype(), x.dim(0), heads, x.stride(0), head_stride,
-                                 offset, static_cast<const int32_t*>(positions.raw()), f,
+      kernels::launch_apply_rope(x.raw(), v, x.raw(), v, x.dtype(), x.dim(0), heads_of(x),
+                                 static_cast<const int32_t*>(positions.raw()), freqs_of(table),
                                  style == RopeStyle::kInterleaved, mls::cuda::stream()),
       "apply_rope");
+}
+
+void rope_into(const Tensor& x, const Tensor& positions, const RopeTable& table, RopeStyle style,
+               Tensor& out) {
+  mls::cuda::check(kernels::launch_apply_rope(
+                       x.raw(), view_of(x, 0), out.raw(), view_of(out, 0), x.dtype(), x.dim(0),
+                       heads_of(x), static_cast<const int32_t*>(positions.raw()), freqs_of(table),
+                       style == RopeStyle::kInterleaved, mls::cuda::stream()),
+                   "rope_into");
 }
 
 }  // namespace mls::ops::cuda

@@ -28,10 +28,11 @@ constexpr int kHeadsPerPass = 8;           // heads whose loads a warp has in fl
 // One block per token: the token's cos/sin are computed once into shared memory; each warp then
 // rotates heads warp, warp + warps, ..., eight at a time (all their loads issued before any
 // store), a lane per pair so that a warp reads a head's pairs together, coalesced. Every lane
-// reads before any lane writes: interleaved input lands at other positions (half-split output).
+// reads before any lane writes: interleaved input lands at other positions (half-split output),
+// and in place src == dst.
 template <class T>
 __global__ void __launch_bounds__(256)
-    rope_kernel(T* x, int64_t heads, int64_t token_stride, int64_t head_stride, int64_t offset,
+    rope_kernel(const T* src, RopeView sv, T* dst, RopeView dv, int64_t heads,
                 const int32_t* positions, RopeFreqs f, bool interleaved) {
   pdl_begin();
   __shared__ float cs[kMaxRopeHalf], sn[kMaxRopeHalf];
@@ -45,7 +46,8 @@ __global__ void __launch_bounds__(256)
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int warps = blockDim.x / 32;
-  T* token = x + t * token_stride + offset;
+  const T* token = src + t * sv.token_stride + sv.offset;
+  T* out = dst + t * dv.token_stride + dv.offset;
   for (int64_t h0 = threadIdx.x / 32; h0 < heads;
        h0 += static_cast<int64_t>(warps) * kHeadsPerPass) {
     // Raw values: converting right after a load would wait for it, serialising the heads.
@@ -54,7 +56,7 @@ __global__ void __launch_bounds__(256)
     for (int g = 0; g < kHeadsPerPass; ++g) {
       const int64_t h = h0 + static_cast<int64_t>(g) * warps;
       if (h >= heads) continue;
-      const T* v = token + h * head_stride;
+      const T* v = token + h * sv.head_stride;
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
         const int i = lane + 32 * k;
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(256)
     for (int g = 0; g < kHeadsPerPass; ++g) {
       const int64_t h = h0 + static_cast<int64_t>(g) * warps;
       if (h >= heads) continue;
-      T* v = token + h * head_stride;
+      T* v = out + h * dv.head_stride;
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
         const int i = lane + 32 * k;
@@ -83,10 +85,9 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
-cudaError_t launch_apply_rope(void* x, DType dtype, int64_t tokens, int64_t heads,
-                              int64_t token_stride, int64_t head_stride, int64_t offset,
-                              const int32_t* positions, const RopeFreqs& freqs, bool interleaved,
-                              cudaStream_t stream) {
+cudaError_t launch_apply_rope(const void* src, const RopeView& sv, void* dst, const RopeView& dv,
+                              DType dtype, int64_t tokens, int64_t heads, const int32_t* positions,
+                              const RopeFreqs& freqs, bool interleaved, cudaStream_t stream) {
   if ((dtype != DType::kBF16 && dtype != DType::kF32) || freqs.half > kMaxRopeHalf)
     return cudaErrorInvalidValue;
   if (tokens == 0 || heads == 0 || freqs.half == 0) return cudaSuccess;
@@ -94,11 +95,11 @@ cudaError_t launch_apply_rope(void* x, DType dtype, int64_t tokens, int64_t head
   const int threads = 32 * static_cast<int>(heads < 8 ? heads : 8);
   const unsigned grid = static_cast<unsigned>(tokens);
   if (dtype == DType::kF32)
-    launch(rope_kernel<float>, grid, threads, 0, stream, static_cast<float*>(x), heads,
-           token_stride, head_stride, offset, positions, freqs, interleaved);
+    launch(rope_kernel<float>, grid, threads, 0, stream, static_cast<const float*>(src), sv,
+           static_cast<float*>(dst), dv, heads, positions, freqs, interleaved);
   else
-    launch(rope_kernel<bf16>, grid, threads, 0, stream, static_cast<bf16*>(x), heads, token_stride,
-           head_stride, offset, positions, freqs, interleaved);
+    launch(rope_kernel<bf16>, grid, threads, 0, stream, static_cast<const bf16*>(src), sv,
+           static_cast<bf16*>(dst), dv, heads, positions, freqs, interleaved);
   return cudaGetLastError();
 }
 

@@ -19,11 +19,16 @@ struct RopeFreqs {
   int half = 0;
 };
 
-// Rotates x[t, h, offset : offset + 2·half] in place by positions[t] (device i32 [tokens]);
-// x is bf16 or f32 with unit inner stride. Interleaved input pairs are written half-split.
-cudaError_t launch_apply_rope(void* x, DType dtype, int64_t tokens, int64_t heads,
-                              int64_t token_stride, int64_t head_stride, int64_t offset,
-                              const int32_t* positions, const RopeFreqs& freqs, bool interleaved,
-                              cudaStream_t stream);
+// Where a token's heads lie: element offset of the rotary part inside each head, and strides.
+struct RopeView {
+  int64_t token_stride = 0, head_stride = 0, offset = 0;
+};
+
+// Rotates src[t, h, offset : offset + 2·half] by positions[t] (device i32 [tokens]) into the same
+// place of dst (dst == src with equal views: in place); bf16 or f32 with unit inner stride.
+// Interleaved input pairs are written half-split.
+cudaError_t launch_apply_rope(const void* src, const RopeView& sv, void* dst, const RopeView& dv,
+                              DType dtype, int64_t tokens, int64_t heads, const int32_t* positions,
+                              const RopeFreqs& freqs, bool interleaved, cudaStream_t stream);
 
 }  // namespace mls::ops::cuda::kernels

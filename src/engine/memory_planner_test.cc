@@ -389,9 +389,10 @@ TEST(MemoryPlanner, MetaOfAGpuTracesItsCommunicatorsScratch) {
 }
 
 // Every rank's step-arena offsets of one step, in allocation order.
-std::vector<std::vector<int64_t>> step_offsets(ModelRunner& runner, const ForwardBatch& batch) {
+std::vector<std::vector<int64_t>> step_offsets(ModelRunner& runner, const ForwardBatch& batch,
+                                               const ForwardObserver& observer = nullptr) {
   for (int r = 0; r < runner.tp_size(); ++r) runner.allocator(r).record_step_offsets(true);
-  runner.forward_sample(batch, std::vector<ops::RowSampling>(batch.num_logit_rows()));
+  runner.forward_sample(batch, std::vector<ops::RowSampling>(batch.num_logit_rows()), observer);
   std::vector<std::vector<int64_t>> out;
   for (int r = 0; r < runner.tp_size(); ++r) {
     out.push_back(runner.allocator(r).recorded_step_offsets());
@@ -438,6 +439,30 @@ TEST(MemoryPlanner, IdenticalStepsGetIdenticalAddresses) {
     expect_fixed_addresses({.model = kTestData.string() + "/" + f,
                             .tensor_parallel_size = 2,
                             .sequence_parallel = true});
+}
+
+// An observer (the bench's per-layer timing, the conformance taps) changes nothing a step
+// allocates: the plan is traced without one, and a step that allocated more for its observer
+// outgrew it (the 8,192-token bench prefill did, by the DSA indexer's dense keys). At tp 1: a
+// sharded layout gathers what it shows an observer, a temporary freed at once.
+TEST(MemoryPlanner, AnObserverChangesNothingAStepAllocates) {
+  for (const char* f : {"tiny-glm5", "tiny-dsv3-fp8"}) {
+    ModelRunner runner({.model = kTestData.string() + "/" + f});
+    const ServingLimits limits{
+        .max_num_batched_tokens = 96, .max_num_seqs = 8, .max_model_len = 256, .block_size = 16};
+    const MemoryPlan plan = plan_memory(runner, limits,
+                                        {.device_bytes = int64_t{8} << 30,
+                                         .utilization = 0.5,
+                                         .kv_cache_memory_bytes = int64_t{1} << 26},
+                                        ProfileMode::kMeta);
+    apply_plan(runner, plan);
+    for (const ProfileStep& step : worst_case_steps(plan.limits, plan.num_blocks)) {
+      const auto plain = step_offsets(runner, step.batch);
+      const auto observed =
+          step_offsets(runner, step.batch, [](std::string_view, const Tensor&) {});
+      EXPECT_EQ(plain[0], observed[0]) << f << " " << step.name;
+    }
+  }
 }
 
 TEST(MemoryPlanner, GpuIdenticalStepsGetIdenticalAddresses) {

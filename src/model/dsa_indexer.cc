@@ -22,9 +22,10 @@ Tensor dsa_indexer(const io::ModelConfig& c, const ModelConstants& k, int64_t la
   Tensor q3 = q.view({N, hi, di});
   ops::apply_rope(q3, 0, step.positions, k.rope, k.indexer_rope_style);  // rope part first
 
-  // layer_norm, then RoPE over the first rotary dims, into the cache in one op; the dense keys
-  // only for an observer.
-  Tensor key = step.observer ? Tensor::empty({N, di}, dt, act, a) : Tensor();
+  // layer_norm, then RoPE over the first rotary dims, into the cache in one op. The dense keys
+  // are written for an observer, but allocated in every step: what a step allocates must not
+  // depend on an observer (the memory plan is traced without one; the bench times layers with one).
+  Tensor key = Tensor::empty({N, di}, dt, act, a);
   ops::indexer_key_write(proj.narrow(1, cols.index_k, di), w.idx_k_norm_w, w.idx_k_norm_b, 1e-6f,
                          step.positions, step.slots, k.rope, k.indexer_rope_style, index_cache,
                          step.observer ? &key : nullptr);

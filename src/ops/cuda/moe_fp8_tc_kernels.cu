@@ -24,19 +24,24 @@ namespace {
 // A CTA is two warpgroups, each owning 64 of the tile's rows. All 256 threads copy K blocks
 // (with the block's activation and weight scales) into a kStages-deep ring of 128-byte-swizzled
 // shared tiles with cp.async, zero-filling past the expert's rows, the weight rows and K. Each
-// warpgroup runs four wgmma m64n128k32 per K block into a fresh fp32 fragment and, while the
-// tensor cores run the next block, adds the previous one to its accumulator scaled by the row's
-// activation scale times the block's weight scale (DeepSeek's promotion per 128 K, as the
-// skinny kernel). Two fragments alternate, so the ring refills kStages - 2 blocks ahead (the
-// slot of block kb - 1 may still be read by its MMAs). Rows do not depend on each other, but
-// fp32 sums inside a block come in the tensor core's order: this kernel is not bitwise equal to
+// warpgroup runs the block's four wgmma m64n128k32 in sub-steps of kSub into a fresh fp32
+// fragment and, while the tensor cores run the next sub-step, adds the previous one to its
+// accumulator scaled by the row's activation scale times the block's weight scale (DeepSeek's
+// promotion). Two fragments alternate, so the ring refills kStages - 2 blocks ahead (the slot
+// of block kb - 1 may still be read by its MMAs). Rows do not depend on each other, but fp32
+// sums inside a sub-step come in the tensor core's order: this kernel is not bitwise equal to
 // the skinny one.
 
 constexpr int kBM = 128, kBN = 128, kBK = 128;
 constexpr int kStages = 5;
 constexpr int kThreads = 256;
-// K summed inside the tensor cores between promotions (the launcher's default).
-constexpr int kDefaultPromoteK = 128;
+// K summed inside the tensor cores between promotions (the launcher's default). Hopper's FP8
+// MMAs accumulate with fewer bits than fp32: promoting every 128 K, as DeepSeek's recipe does,
+// put the grouped experts at 4.9e-3 rel-L2 from the exact emulation (the FP8 tolerance is 4e-3,
+// the skinny kernel's mma.sync 1.7e-3), and the error against the skinny kernel halves from 128
+// to 32 (bench/fp8_kernels_benchmark, bench/RESULTS.md "Session 11"); every 32 K costs about
+// half the throughput at 8,192 tokens (521 -> 268 TFLOP/s for gate·up).
+constexpr int kDefaultPromoteK = 32;
 constexpr int kTileBytes = kBM * kBK;  // one operand's K block (e4m3)
 // Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
 constexpr int kScaleBytes = (kBM + 4) * 4;

@@ -19,9 +19,6 @@ namespace {
 
 namespace kernels = ::mls::ops::cuda::kernels;
 
-constexpr double kBf16OutTol = 4e-3;
-constexpr double kF32OutTol = 2e-5;
-
 // Rows [t0, t0 + n) of a host f32 matrix, contiguous.
 Tensor rows_of(const Tensor& t, int64_t t0, int64_t n) {
   const int64_t cols = t.dim(1);

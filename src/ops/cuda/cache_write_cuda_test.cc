@@ -22,12 +22,6 @@ namespace {
 
 constexpr DType kBF = DType::kBF16;
 constexpr DType kF = DType::kF32;
-constexpr double kBf16Out = 4e-3;
-constexpr double kF32Out = 2e-5;
-
-Tensor dev_empty(const Shape& s, DType d) {
-  return Tensor::empty(s, d, MemTag::kActivation, gpu());
-}
 
 // The host f32 values as a kernel reading dtype `d` sees them (contiguous).
 Tensor seen_as(const Tensor& host, DType d) {
@@ -163,7 +157,7 @@ TEST(CudaCacheWrite, LatentEqualsComposedOpsBitwiseAndCpu) {
           Tensor ref = seen_as(cache_h, dt);
           latent_cache_write(seen_as(a_h, dt).narrow(1, lc.kv_offset, r + d), w_h, 1e-6f, pos_h,
                              slots_h, table, style, ref);
-          EXPECT_TRUE(close(to_cpu(got), ref, dt == kBF ? kBf16Out : kF32Out));
+          EXPECT_TRUE(close(to_cpu(got), ref, dt == kBF ? kBf16OutTol : kF32OutTol));
         }
 }
 
@@ -226,8 +220,8 @@ TEST(CudaCacheWrite, IndexerKeyEqualsComposedOpsBitwiseAndCpu) {
             Tensor ref_key = Tensor::empty({n, di}, kF, MemTag::kActivation);
             indexer_key_write(seen_as(proj_h, dt).narrow(1, ic.x_offset, di), w_h, b_h, 1e-6f,
                               pos_h, slots_h, table, style, ref, &ref_key);
-            const double rtol = dt == kBF ? kBf16Out : kF32Out;
-            const double pair_tol = dt == kBF ? std::ldexp(1.0, -8) : kF32Out;
+            const double rtol = dt == kBF ? kBf16OutTol : kF32OutTol;
+            const double pair_tol = dt == kBF ? std::ldexp(1.0, -8) : kF32OutTol;
             EXPECT_TRUE(close(to_cpu(got), ref, rtol, ic.d, pair_tol));
             if (dense) {
               EXPECT_TRUE(close(to_cpu(got_key), ref_key, rtol, ic.d, pair_tol));

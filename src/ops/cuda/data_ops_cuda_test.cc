@@ -24,11 +24,9 @@ namespace {
 
 constexpr DType kBF = DType::kBF16;
 constexpr DType kF = DType::kF32;
-constexpr double kBf16Out = 4e-3;
-constexpr double kF32Out = 2e-5;
 
 double out_tol(DType t) {
-  return t == kBF ? kBf16Out : kF32Out;
+  return t == kBF ? kBf16OutTol : kF32OutTol;
 }
 std::string dn(DType t) {
   return std::string(dtype_name(t));
@@ -36,9 +34,6 @@ std::string dn(DType t) {
 
 Tensor host_empty(const Shape& s, DType d = kF) {
   return Tensor::empty(s, d, MemTag::kActivation);
-}
-Tensor dev_empty(const Shape& s, DType d) {
-  return Tensor::empty(s, d, MemTag::kActivation, gpu());
 }
 
 // A contiguous host copy of a (possibly strided) host tensor.
@@ -259,7 +254,7 @@ TEST(CudaNorm, LayerNormMatchesCpu) {
   Tensor want = seen_as(buf_h, kBF);
   Tensor want_window = want.narrow(1, 8, 128);
   layer_norm(seen_as(buf_h, kBF).narrow(1, 8, 128), wh, bh, 1e-6f, want_window);
-  EXPECT_TRUE(close(to_cpu(buf), want, kBf16Out));
+  EXPECT_TRUE(close(to_cpu(buf), want, kBf16OutTol));
 }
 
 // add_rms_norm must equal the unfused add (rounded to x's dtype) followed by rms_norm.
@@ -313,7 +308,7 @@ TEST(CudaNorm, PrefillSizedRows) {
   Tensor x = to_gpu(xh, kBF);
   Tensor y = dev_empty({T, n}, kBF);
   rms_norm(x, w, 1e-5f, y);
-  EXPECT_TRUE(close(to_cpu(y), ref, kBf16Out));
+  EXPECT_TRUE(close(to_cpu(y), ref, kBf16OutTol));
   EXPECT_LE(rel_l2(to_cpu(y), ref), 3e-3);
 
   const Tensor dh = random_cpu({T, n}, 702, 0.5f);
@@ -323,7 +318,7 @@ TEST(CudaNorm, PrefillSizedRows) {
   rms_norm(new_x, wh, 1e-5f, ref);
   add_rms_norm(x, to_gpu(dh, kBF), w, 1e-5f, y);
   EXPECT_TRUE(close(to_cpu(x), new_x, 0));
-  EXPECT_TRUE(close(to_cpu(y), ref, kBf16Out));
+  EXPECT_TRUE(close(to_cpu(y), ref, kBf16OutTol));
 }
 
 TEST(CudaNorm, RejectsMisfits) {
@@ -512,7 +507,7 @@ TEST(CudaElementwise, AddAndScaleMatchCpu) {
   Tensor want = seen_as(buf_h, kBF);
   Tensor want_window = want.narrow(1, 3, 30);
   scale(seen_as(buf_h, kBF).narrow(1, 3, 30), 0.5f, want_window);
-  EXPECT_TRUE(close(to_cpu(buf), want, kBf16Out));
+  EXPECT_TRUE(close(to_cpu(buf), want, kBf16OutTol));
 }
 
 TEST(CudaElementwise, EmbeddingLooksUpThisShardOnly) {

@@ -24,8 +24,6 @@
 namespace mls::ops::test {
 namespace {
 
-constexpr double kBf16OutTol = 4e-3;
-constexpr double kF32OutTol = 2e-5;
 constexpr double kFp8VsExactTol = 0.06;
 constexpr double kFp8VsEmulatedTol = 4e-3;
 

@@ -28,6 +28,16 @@ inline Allocator& gpu() {
   return ::mls::cuda::allocator();
 }
 
+// The CUDA op tests' tolerances against the CPU op: an output stored as bf16 differs from the
+// fp32 reference by its own rounding, at most half an ulp = 2^-8 relative, plus fp32 order
+// (~1e-6); an f32 output by the fp32 summation order alone.
+inline constexpr double kBf16OutTol = 4e-3;
+inline constexpr double kF32OutTol = 2e-5;
+
+inline Tensor dev_empty(const Shape& s, DType d) {
+  return Tensor::empty(s, d, MemTag::kActivation, gpu());
+}
+
 inline Tensor random_cpu(const Shape& s, uint32_t seed, float scale = 1.0f) {
   std::mt19937 g(seed);
   std::normal_distribution<float> n(0.0f, scale);

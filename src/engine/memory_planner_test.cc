@@ -401,18 +401,24 @@ std::vector<std::vector<int64_t>> step_offsets(ModelRunner& runner, const Forwar
   return out;
 }
 
-// What CUDA graph replay needs: inside the planned step workspace, two identical steps place
-// every allocation at the same address, and meta mode places it where the real step does.
-void expect_fixed_addresses(const RunnerOptions& options) {
-  ModelRunner runner(options);
+// A plan for small limits, applied to the runner.
+MemoryPlan apply_small_plan(ModelRunner& runner, ProfileMode mode) {
   const ServingLimits limits{
       .max_num_batched_tokens = 96, .max_num_seqs = 8, .max_model_len = 256, .block_size = 16};
   const MemoryPlan plan = plan_memory(runner, limits,
                                       {.device_bytes = int64_t{8} << 30,
                                        .utilization = 0.5,
                                        .kv_cache_memory_bytes = int64_t{1} << 26},
-                                      ProfileMode::kReal);
+                                      mode);
   apply_plan(runner, plan);
+  return plan;
+}
+
+// What CUDA graph replay needs: inside the planned step workspace, two identical steps place
+// every allocation at the same address, and meta mode places it where the real step does.
+void expect_fixed_addresses(const RunnerOptions& options) {
+  ModelRunner runner(options);
+  const MemoryPlan plan = apply_small_plan(runner, ProfileMode::kReal);
   for (int r = 0; r < runner.tp_size(); ++r)
     EXPECT_EQ(runner.allocator(r).stats().step_workspace, plan.ranks[r].step_workspace_bytes);
   const std::vector<ProfileStep> steps = worst_case_steps(plan.limits, plan.num_blocks);
@@ -448,14 +454,7 @@ TEST(MemoryPlanner, IdenticalStepsGetIdenticalAddresses) {
 TEST(MemoryPlanner, AnObserverChangesNothingAStepAllocates) {
   for (const char* f : {"tiny-glm5", "tiny-dsv3-fp8"}) {
     ModelRunner runner({.model = kTestData.string() + "/" + f});
-    const ServingLimits limits{
-        .max_num_batched_tokens = 96, .max_num_seqs = 8, .max_model_len = 256, .block_size = 16};
-    const MemoryPlan plan = plan_memory(runner, limits,
-                                        {.device_bytes = int64_t{8} << 30,
-                                         .utilization = 0.5,
-                                         .kv_cache_memory_bytes = int64_t{1} << 26},
-                                        ProfileMode::kMeta);
-    apply_plan(runner, plan);
+    const MemoryPlan plan = apply_small_plan(runner, ProfileMode::kMeta);
     for (const ProfileStep& step : worst_case_steps(plan.limits, plan.num_blocks)) {
       const auto plain = step_offsets(runner, step.batch);
       const auto observed =

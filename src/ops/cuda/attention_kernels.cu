@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "ops/cuda/attention_kernels.h"
+#include "ops/cuda/device_facts.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
 #include "ops/scratch_sizes.h"
@@ -602,7 +603,7 @@ MlaKernel pick_ntv(int ntv) {
 }
 
 struct Plan {
-  int dev = 0, smem_optin = 0;
+  int dev = 0;
   bool latent = false;
   MlaKernel kernel = nullptr;
   MlaLayout layout;
@@ -612,43 +613,15 @@ struct Plan {
   size_t scratch_floats = 0;
 };
 
-// Launch facts per device and kernel, queried once: these calls cost microseconds, and every
-// layer of every decode step plans a launch.
-struct DeviceFacts {
-  int sms = 0, smem_optin = 0;
-};
-
-cudaError_t device_facts(int dev, DeviceFacts* f) {
-  static std::mutex mu;
-  static std::map<int, DeviceFacts> known;
-  std::lock_guard lock(mu);
-  auto it = known.find(dev);
-  if (it == known.end()) {
-    DeviceFacts d;
-    cudaError_t e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess)
-      e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (e != cudaSuccess) return e;
-    it = known.emplace(dev, d).first;
-  }
-  *f = it->second;
-  return cudaSuccess;
-}
-
-// Lets `kernel` use all of the device's shared memory (once per device) and returns how many
+// Lets `kernel` use all of the device's shared memory and returns how many
 // CTAs of `threads` threads and `smem` bytes fit on one SM.
-cudaError_t prepare_kernel(int dev, const void* kernel, int threads, int smem, int smem_optin,
-                           int* per_sm) {
+cudaError_t prepare_kernel(int dev, const void* kernel, int threads, int smem, int* per_sm) {
   static std::mutex mu;
   static std::map<std::tuple<int, const void*, int>, int> known;
   std::lock_guard lock(mu);
   auto it = known.find({dev, kernel, smem});
   if (it == known.end()) {
-    cudaFuncAttributes attr;
-    cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               smem_optin - static_cast<int>(attr.sharedSizeBytes));
+    cudaError_t e = allow_optin_smem(dev, kernel);
     int n = 0;
     if (e == cudaSuccess)
       e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem);
@@ -667,7 +640,6 @@ cudaError_t make_plan(const AttentionParams& p, Plan* plan) {
   if (e == cudaSuccess) e = device_facts(dev, &f);
   if (e != cudaSuccess) return e;
   plan->dev = dev;
-  plan->smem_optin = f.smem_optin;
   if (p.Hk != 1 || p.Dv > kMaxDv || p.T == 0) return cudaSuccess;
 
   // The cut of the step into CTAs (key splits, head groups) and the scratch of split queries,
@@ -682,8 +654,7 @@ cudaError_t make_plan(const AttentionParams& p, Plan* plan) {
   const int ntv = L.dvp / 64;
   MlaKernel k = hm == 16 ? pick_ntv<16>(ntv) : hm == 32 ? pick_ntv<32>(ntv) : pick_ntv<64>(ntv);
   int per_sm = 0;
-  e = prepare_kernel(dev, reinterpret_cast<const void*>(k), kThreads, L.total, f.smem_optin,
-                     &per_sm);
+  e = prepare_kernel(dev, reinterpret_cast<const void*>(k), kThreads, L.total, &per_sm);
   if (e != cudaSuccess) return e;
 
   plan->latent = true;
@@ -711,7 +682,7 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
     const size_t smem = (static_cast<size_t>(p.Dk) + kSimpleWarps * (p.Dv + 2)) * sizeof(float);
     int per_sm = 0;
     e = prepare_kernel(plan.dev, reinterpret_cast<const void*>(simple_attention_kernel),
-                       kSimpleWarps * 32, static_cast<int>(smem), plan.smem_optin, &per_sm);
+                       kSimpleWarps * 32, static_cast<int>(smem), &per_sm);
     if (e != cudaSuccess) return e;
     launch(simple_attention_kernel, dim3(p.T, p.H), kSimpleWarps * 32, smem, stream, p);
     return cudaGetLastError();
@@ -722,7 +693,7 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
   if (plan.splits > 1) {
     int per_sm = 0;
     e = prepare_kernel(plan.dev, reinterpret_cast<const void*>(combine_kernel), kCombineThreads,
-                       static_cast<int>(csmem), plan.smem_optin, &per_sm);
+                       static_cast<int>(csmem), &per_sm);
     if (e != cudaSuccess) return e;
   }
   for (int t0 = 0; t0 < p.T; t0 += plan.group_T) {

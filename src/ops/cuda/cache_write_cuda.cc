@@ -1,8 +1,7 @@
-#include <algorithm>
-
 #include "core/cuda_context.h"
 #include "ops/cache_write.h"
 #include "ops/cuda/cache_write_kernels.h"
+#include "ops/cuda/rope_freqs.h"
 
 namespace mls::ops::cuda {
 namespace {
@@ -10,10 +9,6 @@ namespace {
 kernels::CacheWrite params(const char* op, const Tensor& x, int64_t n, const Tensor& norm_w,
                            float eps, const Tensor& positions, const Tensor& slots,
                            const RopeTable& table, RopeStyle style, Tensor& cache) {
-  const int half = table.dim() / 2;
-  if (half > kernels::kMaxRopeHalf)
-    raise<Unsupported>("{}: rotary dim {} (at most {} on the GPU)", op, table.dim(),
-                       2 * kernels::kMaxRopeHalf);
   kernels::CacheWrite p;
   p.norm.rows = x.dim(0);
   p.norm.n = n;
@@ -27,9 +22,7 @@ kernels::CacheWrite params(const char* op, const Tensor& x, int64_t n, const Ten
   p.slots = static_cast<const int32_t*>(slots.raw());
   p.cache = cache.raw();
   p.cache_stride = cache.stride(0);
-  p.freqs.half = half;
-  p.freqs.scaling = table.scaling();
-  std::copy(table.inv_freq().begin(), table.inv_freq().begin() + half, p.freqs.inv_freq);
+  p.freqs = rope_freqs(table, op);
   p.interleaved = style == RopeStyle::kInterleaved;
   return p;
 }

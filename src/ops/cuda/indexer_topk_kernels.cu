@@ -17,10 +17,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <mutex>
-#include <utility>
 
+#include "ops/cuda/device_facts.h"
 #include "ops/cuda/indexer_topk_kernels.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
@@ -484,33 +482,13 @@ ScoreLayout make_score_layout(const IndexerParams& p) {
   return L;
 }
 
-// The SM count of `dev`, and each kernel allowed all of its shared memory, once per device:
-// these calls cost microseconds and the indexer runs in every DSA layer of every step.
+// The SM count of `dev`, with `kernel` allowed all of the device's shared memory.
 cudaError_t prepare(int dev, const void* kernel, int* sms) {
-  static std::mutex mu;
-  static std::map<int, int> sm_count;
-  static std::map<std::pair<int, const void*>, bool> raised;
-  std::lock_guard lock(mu);
-  auto it = sm_count.find(dev);
-  if (it == sm_count.end()) {
-    int n = 0;
-    const cudaError_t e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return e;
-    it = sm_count.emplace(dev, n).first;
-  }
-  *sms = it->second;
-  if (!raised.count({dev, kernel})) {
-    int optin = 0;
-    cudaFuncAttributes attr;
-    cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, kernel);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               optin - static_cast<int>(attr.sharedSizeBytes));
-    if (e != cudaSuccess) return e;
-    raised[{dev, kernel}] = true;
-  }
-  return cudaSuccess;
+  DeviceFacts f;
+  cudaError_t e = device_facts(dev, &f);
+  if (e == cudaSuccess) e = allow_optin_smem(dev, kernel);
+  *sms = f.sms;
+  return e;
 }
 
 template <int MB>

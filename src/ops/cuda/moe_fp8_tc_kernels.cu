@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "ops/cuda/device_facts.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/moe_kernels.h"
@@ -268,35 +269,25 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (a.experts <= 0 || a.experts > kMoeMaxExperts || a.K % 16 != 0 || a.N % 2 != 0 ||
       a.ldq % 16 != 0 || a.ldy % 2 != 0)
     return cudaErrorInvalidValue;
-  static int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
+  int dev = 0;
+  DeviceFacts f;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = device_facts(dev, &f);
+  if (e != cudaSuccess) return e;
   // Upper bound of the tiles (each non-empty expert rounds up once), capped at one CTA per SM.
   const int64_t n_step = a.gated ? kBN / 2 : kBN;
   const int64_t tiles = ((a.rows + kBM - 1) / kBM + std::min<int64_t>(a.experts, a.rows)) *
                         ((a.N + n_step - 1) / n_step);
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, f.sms));
   using Kernel = void (*)(MoeFp8GemmArgs);
   static constexpr Kernel kKernels[2][3] = {
       {moe_fp8_tc_kernel<false, 1>, moe_fp8_tc_kernel<false, 2>, moe_fp8_tc_kernel<false, 4>},
       {moe_fp8_tc_kernel<true, 1>, moe_fp8_tc_kernel<true, 2>, moe_fp8_tc_kernel<true, 4>}};
-  static const cudaError_t attr = [] {
-    for (const auto& row : kKernels)
-      for (const Kernel k : row)
-        if (const cudaError_t e =
-                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-            e != cudaSuccess)
-          return e;
-    return cudaSuccess;
-  }();
-  if (attr != cudaSuccess) return attr;
   const int promote_k = a.promote_k > 0 ? a.promote_k : kDefaultPromoteK;
   const int sub = promote_k == 32 ? 0 : promote_k == 64 ? 1 : promote_k == 128 ? 2 : -1;
   if (sub < 0) return cudaErrorInvalidValue;
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
+  if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
   launch(kernel, grid, kThreads, kSmemBytes, stream, a);
   return cudaGetLastError();
 }

@@ -1,0 +1,20 @@
+// Launch facts of a device, queried once per device (these calls cost microseconds and kernels
+// plan launches in every layer of every step), and kernels allowed a device's opt-in shared
+// memory once per (device, kernel). Plain types only: included by nvcc-compiled code.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace mls::ops::cuda::kernels {
+
+struct DeviceFacts {
+  int sms = 0;         // multiprocessors
+  int smem_optin = 0;  // shared memory a block may opt into, bytes
+};
+cudaError_t device_facts(int dev, DeviceFacts* f);
+
+// Raises `kernel`'s dynamic shared-memory limit on `dev` to the opt-in maximum less its static
+// shared memory, the first time it is asked for that (device, kernel).
+cudaError_t allow_optin_smem(int dev, const void* kernel);
+
+}  // namespace mls::ops::cuda::kernels

@@ -10,23 +10,13 @@
 #include "ops/copy.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/test_tensors.h"
 
 namespace mls::ops {
 namespace {
 
-Tensor random(const Shape& s, uint32_t seed, float mean = 0.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> n(mean, 1.0f);
-  Tensor t = Tensor::empty(s, DType::kF32, MemTag::kActivation);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(g);
-  return t;
-}
-
-Tensor ids(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32, MemTag::kActivation);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
+using test::ids;
+using test::random;
 
 Tensor positions(int64_t n, uint32_t seed) {
   std::mt19937 g(seed);
@@ -77,9 +67,9 @@ TEST(CacheWrite, LatentEqualsNormCopyRopeScatter) {
                                           << static_cast<int>(style) << " slot0 " << slot_list[0]);
         const RopeTable table = yarn_table(static_cast<int>(d));
         // The fused-A projection's [c | k_rot] columns inside wider rows.
-        const Tensor a = random({n, 7 + r + d + 5}, 1, 0.3f);
+        const Tensor a = random({n, 7 + r + d + 5}, 1, 1.0f, 0.3f);
         const Tensor kv = a.narrow(1, 7, r + d);
-        const Tensor w = random({r}, 2, 1.0f);
+        const Tensor w = random({r}, 2, 1.0f, 1.0f);
         const Tensor pos = positions(n, 3), slots = ids(slot_list);
 
         Tensor want = random({rows, r + d}, 4);
@@ -106,9 +96,9 @@ TEST(CacheWrite, IndexerKeyEqualsLayerNormRopeScatter) {
                        << "di " << di << " tokens " << n << " style " << static_cast<int>(style)
                        << " slot0 " << slot_list[0] << " dense " << dense);
           const RopeTable table = yarn_table(static_cast<int>(dims.d));
-          const Tensor proj = random({n, 3 + di + 9}, 5, 0.5f);
+          const Tensor proj = random({n, 3 + di + 9}, 5, 1.0f, 0.5f);
           const Tensor x = proj.narrow(1, 3, di);
-          const Tensor w = random({di}, 6, 1.0f), b = random({di}, 7);
+          const Tensor w = random({di}, 6, 1.0f, 1.0f), b = random({di}, 7);
           const Tensor pos = positions(n, 8), slots = ids(slot_list);
 
           Tensor want = random({rows, di}, 9);

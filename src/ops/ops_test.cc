@@ -15,6 +15,7 @@
 #include "ops/moe_routing.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/test_tensors.h"
 
 namespace mls::ops {
 namespace {
@@ -25,19 +26,8 @@ Tensor filled(const Shape& s, const std::vector<float>& v) {
   return t;
 }
 
-Tensor random(const Shape& s, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> n(0.0f, scale);
-  Tensor t = Tensor::empty(s, DType::kF32, MemTag::kActivation);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(g);
-  return t;
-}
-
-Tensor ids(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32, MemTag::kActivation);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
+using test::ids;
+using test::random;
 
 TEST(Linear, MatchesNaiveWithStridedRows) {
   Tensor wide = random({3, 10}, 1);

@@ -10,7 +10,7 @@
 #include "ops/copy.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
-#include "ops/test_tensors.h"
+#include "ops/test_inputs.h"
 
 namespace mls::ops {
 namespace {
@@ -42,18 +42,6 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-RopeTable yarn_table(int dim) {
-  RopeParamsF p;
-  p.yarn = true;
-  p.factor = 40;
-  p.original_max_position_embeddings = 4096;
-  // mscale != mscale_all_dim: a cos/sin multiplier other than 1.
-  p.mscale = 1.0;
-  p.mscale_all_dim = 0.707;
-  p.has_mscale = p.has_mscale_all_dim = true;
-  return RopeTable(p, dim);
-}
-
 struct Dims {
   int64_t r, d, tokens;
 };
@@ -65,7 +53,7 @@ TEST(CacheWrite, LatentEqualsNormCopyRopeScatter) {
         const int64_t r = dims.r, d = dims.d, n = dims.tokens, rows = 2 * n + 3;
         SCOPED_TRACE(::testing::Message() << "r " << r << " tokens " << n << " style "
                                           << static_cast<int>(style) << " slot0 " << slot_list[0]);
-        const RopeTable table = yarn_table(static_cast<int>(d));
+        const RopeTable table(test::yarn_params(), static_cast<int>(d));
         // The fused-A projection's [c | k_rot] columns inside wider rows.
         const Tensor a = random({n, 7 + r + d + 5}, 1, 1.0f, 0.3f);
         const Tensor kv = a.narrow(1, 7, r + d);
@@ -95,7 +83,7 @@ TEST(CacheWrite, IndexerKeyEqualsLayerNormRopeScatter) {
           SCOPED_TRACE(::testing::Message()
                        << "di " << di << " tokens " << n << " style " << static_cast<int>(style)
                        << " slot0 " << slot_list[0] << " dense " << dense);
-          const RopeTable table = yarn_table(static_cast<int>(dims.d));
+          const RopeTable table(test::yarn_params(), static_cast<int>(dims.d));
           const Tensor proj = random({n, 3 + di + 9}, 5, 1.0f, 0.5f);
           const Tensor x = proj.narrow(1, 3, di);
           const Tensor w = random({di}, 6, 1.0f, 1.0f), b = random({di}, 7);

@@ -15,7 +15,7 @@
 #include "ops/moe_routing.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
-#include "ops/test_tensors.h"
+#include "ops/test_inputs.h"
 
 namespace mls::ops {
 namespace {

@@ -16,6 +16,7 @@
 #include "ops/cuda/test_util.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/test_inputs.h"
 
 namespace mls::ops::test {
 namespace {
@@ -28,18 +29,6 @@ Tensor seen_as(const Tensor& host, DType d) {
   Tensor c = Tensor::empty(host.shape(), kF, MemTag::kActivation);
   copy(host, c);
   return d == kBF ? round_bf16(c) : c;
-}
-
-RopeTable yarn_table(int dim) {
-  // DeepSeek-V3 / GLM-5 style YaRN with mscale != mscale_all_dim, so that scaling != 1.
-  RopeParamsF p;
-  p.yarn = true;
-  p.factor = 40.0;
-  p.original_max_position_embeddings = 4096;
-  p.mscale = 1.0;
-  p.mscale_all_dim = 0.707;
-  p.has_mscale = p.has_mscale_all_dim = true;
-  return RopeTable(p, dim);
 }
 
 Tensor positions(int64_t n) {
@@ -131,7 +120,7 @@ TEST(CudaCacheWrite, LatentEqualsComposedOpsBitwiseAndCpu) {
                        << lc.what << ", " << dtype_name(dt)
                        << (style == RopeStyle::kInterleaved ? ", interleaved" : ", half-split")
                        << ", slot[0] " << slot_list[0]);
-          const RopeTable table = yarn_table(static_cast<int>(d));
+          const RopeTable table(test::yarn_params(), static_cast<int>(d));
           const Tensor a_h = random_cpu({n, lc.kv_offset + r + d + 16}, 1, 0.7f);
           const Tensor w_h = random_cpu({r}, 2, 0.2f);
           const Tensor cache_h = random_cpu({rows, r + d}, 3);
@@ -186,7 +175,7 @@ TEST(CudaCacheWrite, IndexerKeyEqualsComposedOpsBitwiseAndCpu) {
                          << ic.what << ", " << dtype_name(dt)
                          << (style == RopeStyle::kInterleaved ? ", interleaved" : ", half-split")
                          << ", slot[0] " << slot_list[0] << (dense ? ", dense key" : ""));
-            const RopeTable table = yarn_table(static_cast<int>(ic.d));
+            const RopeTable table(test::yarn_params(), static_cast<int>(ic.d));
             // A mean away from zero exercises the centred variance.
             Tensor proj_h = random_cpu({n, ic.x_offset + di + 16}, 4, 2.0f);
             for (int64_t i = 0; i < proj_h.numel(); ++i) proj_h.data<float>()[i] += 3.0f;

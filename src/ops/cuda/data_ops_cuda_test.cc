@@ -18,6 +18,7 @@
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/test_inputs.h"
 
 namespace mls::ops::test {
 namespace {
@@ -335,21 +336,6 @@ TEST(CudaNorm, RejectsMisfits) {
 
 // ---------------------------------------------------------------- RoPE
 
-RopeParamsF yarn_params() {
-  // DeepSeek-V3 / GLM-5 style YaRN, with mscale != mscale_all_dim so that scaling != 1.
-  RopeParamsF p;
-  p.theta = 10000.0;
-  p.yarn = true;
-  p.factor = 40.0;
-  p.original_max_position_embeddings = 4096;
-  p.beta_fast = 32.0;
-  p.beta_slow = 1.0;
-  p.mscale = 1.0;
-  p.mscale_all_dim = 0.707;
-  p.has_mscale = p.has_mscale_all_dim = true;
-  return p;
-}
-
 const std::vector<int32_t> kPositions = {0,     1,      2,      7,      4095,    4096,  4097,
                                          65535, 100000, 131071, 163839, 1 << 20, 12345, 99999,
                                          3,     31,     500,    8191,   77777};
@@ -378,7 +364,7 @@ void check_rope(const Shape& buf_shape, int narrow_dim, int64_t narrow_start, in
 
 TEST(CudaRope, MatchesCpuForBothStylesWithYarn) {
   MLS_REQUIRE_GPU();
-  const RopeTable yarn(yarn_params(), 64);
+  const RopeTable yarn(test::yarn_params(), 64);
   ASSERT_NE(yarn.scaling(), 1.0f);
   RopeParamsF plain;
   plain.theta = 1e6;
@@ -406,7 +392,7 @@ TEST(CudaRope, MatchesCpuForBothStylesWithYarn) {
 // the CPU op.
 TEST(CudaRope, IntoEqualsApplyRopeInPlace) {
   MLS_REQUIRE_GPU();
-  const RopeTable table(yarn_params(), 64);
+  const RopeTable table(test::yarn_params(), 64);
   const Tensor pos_h = ints_cpu({3, 0, 4095, 77, 12});
   const Tensor pos = to_gpu(pos_h, DType::kI32);
   for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalfSplit})
@@ -429,7 +415,7 @@ TEST(CudaRope, IntoEqualsApplyRopeInPlace) {
 
 TEST(CudaRope, RejectsMisfits) {
   MLS_REQUIRE_GPU();
-  const RopeTable table(yarn_params(), 64);
+  const RopeTable table(test::yarn_params(), 64);
   const Tensor pos = to_gpu(ints_cpu({0, 1}), DType::kI32);
   Tensor x = dev_empty({2, 4, 60}, kBF);
   EXPECT_THROW(apply_rope(x, 0, pos, table, RopeStyle::kHalfSplit), ShapeError);

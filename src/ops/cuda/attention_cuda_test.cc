@@ -1,7 +1,9 @@
 // The CUDA attention and DSA indexer selection against the CPU ops on the same bf16-rounded
 // inputs: decode batches over paged caches (block sizes 1, 16, 64 with shuffled block tables),
 // causal prefill, mixed batches, sparse lists, the GLM-5 latent shape (H = 64, Dk = 576, v = the
-// first 512 columns of k), other head counts, odd shapes and the expanded (Hk == H) form.
+// first 512 columns of k) on both latent kernels (mma.sync for steps of few queries, warpgroup
+// MMAs for steps cut 64 heads per CTA), other head counts, odd shapes and the expanded (Hk == H)
+// form.
 //
 // Attention tolerance: the GPU output is stored in bf16 (half an ulp, 2^-9 relative, per
 // element: a relative L2 error of about 2^-9/√3 ≈ 1.1e-3 for uniformly spread rounding) and the
@@ -323,6 +325,53 @@ TEST(CudaAttention, SparseAllowedLists) {
     c.seed = 61;
     run_attention(c);
   }
+}
+
+// Steps with queries enough to fill the GPU cut 64 heads per CTA (ops::scratch::attention_splits),
+// which at the latent shape (Dk = 576, v = k's first 512 columns) takes the warpgroup-MMA kernel
+// (attention_wgmma_kernels.cu): a causal prefill, key lists cut into splits merged by the combine
+// kernel, and head counts that leave a group partly empty.
+TEST(CudaAttention, WideCutCausalPrefill) {
+  MLS_REQUIRE_GPU();
+  for (int64_t bs : {1, 16, 0}) {
+    AttnCase c;
+    c.block_size = bs;
+    c.ctx = {300};
+    for (int32_t p = 0; p < 300; ++p) c.queries.push_back({0, p});
+    c.seed = static_cast<uint32_t>(200 + bs);
+    const double err = run_attention(c);
+    std::printf("wide prefill 300, block %ld: worst rel_l2 %.2e\n", static_cast<long>(bs), err);
+  }
+}
+
+TEST(CudaAttention, WideCutSparseListsInSplits) {
+  MLS_REQUIRE_GPU();
+  // Lists of 4,096 slots: two splits of 2,048 per query; 128 queries × 2 splits fill the GPU.
+  AttnCase c;
+  c.block_size = 64;
+  c.ctx = {700, 650};
+  for (int32_t i = 0; i < 64; ++i) {
+    c.queries.push_back({0, 699 - 7 * i});
+    c.queries.push_back({1, 649 - 10 * i});
+  }
+  c.sparse_k = 4096;
+  c.q_scale = 3.0f;  // peaked softmax
+  c.seed = 210;
+  const double err = run_attention(c);
+  std::printf("wide sparse 4096 in 2 splits: worst rel_l2 %.2e\n", err);
+}
+
+TEST(CudaAttention, WideCutPartialHeadGroup) {
+  MLS_REQUIRE_GPU();
+  // 80 heads: a group of 64 and one of 16 heads with 48 empty rows.
+  AttnCase c;
+  c.H = 80;
+  c.block_size = 16;
+  c.ctx = {150, 120};
+  for (int32_t p = 0; p < 150; ++p) c.queries.push_back({0, p});
+  for (int32_t p = 0; p < 120; ++p) c.queries.push_back({1, p});
+  c.seed = 220;
+  run_attention(c);
 }
 
 TEST(CudaAttention, OtherHeadCounts) {

@@ -24,6 +24,8 @@
 #include <tuple>
 
 #include "ops/cuda/attention_kernels.h"
+#include "ops/cuda/attention_keys.cuh"
+#include "ops/cuda/attention_wgmma_kernels.h"
 #include "ops/cuda/device_facts.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
@@ -42,45 +44,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 // O lives in registers: up to 64 heads × 512 columns over 256 threads. Split boundaries, head
 // groups and the scratch of split queries come from ops/scratch_sizes.h.
 constexpr int kMaxDv = ops::scratch::kAttentionMaxDv;
-
-// ---------------------------------------------------------------------------------------------
-// Key addressing, shared by both paths.
-
-// Number of key positions query t may see (j <= q_pos, within the host bound).
-__device__ __forceinline__ int64_t visible_keys(const AttentionParams& p, int t) {
-  const int64_t n = static_cast<int64_t>(p.q_pos[t]) + 1;
-  return n < 0 ? 0 : (n < p.key_bound ? n : p.key_bound);
-}
-
-// The sequence whose block table query t reads, or -1 when it names none.
-__device__ __forceinline__ int64_t seq_of(const AttentionParams& p, int t) {
-  if (!p.block_tables) return 0;
-  const int64_t s = p.token_seq[t];
-  return s >= 0 && s < p.num_seqs ? s : -1;
-}
-
-// Length of query t's key list: its visible positions, or its row of `allowed`.
-__device__ __forceinline__ int64_t list_length(const AttentionParams& p, int t, int64_t nk,
-                                               int64_t seq) {
-  if (seq < 0) return 0;
-  return p.allowed ? p.allowed_k : nk;
-}
-
-// Row of k/v holding entry i of query t's key list, or -1 when the entry is masked (unused
-// sparse slot, position past q_pos, or an address outside the cache).
-__device__ __forceinline__ int64_t entry_row(const AttentionParams& p, int t, int64_t i, int64_t nk,
-                                             int64_t seq) {
-  const int64_t j = p.allowed ? p.allowed[t * p.allowed_k + i] : i;
-  if (j < 0 || j >= nk) return -1;
-  if (!p.block_tables) return j < p.num_rows ? j : -1;
-  // Positions and block sizes fit in 31 bits: 32-bit division is several times cheaper.
-  const uint32_t bs = static_cast<uint32_t>(p.block_size), jj = static_cast<uint32_t>(j);
-  const uint32_t blk = jj / bs;
-  if (blk >= p.max_blocks) return -1;
-  const int64_t b = p.block_tables[seq * p.bt_ld + blk];
-  const int64_t row = b * p.block_size + (jj - blk * bs);
-  return b >= 0 && row < p.num_rows ? row : -1;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Latent (MQA) tensor-core kernel.
@@ -605,6 +568,7 @@ MlaKernel pick_ntv(int ntv) {
 struct Plan {
   int dev = 0;
   bool latent = false;
+  bool wgmma = false;  // the latent path on warpgroup MMAs (attention_wgmma_kernels.h)
   MlaKernel kernel = nullptr;
   MlaLayout layout;
   int hm = 0, groups = 0, splits = 1;
@@ -648,6 +612,18 @@ cudaError_t make_plan(const AttentionParams& p, Plan* plan) {
   const ops::scratch::AttentionSplits s = ops::scratch::attention_splits(
       p.T, p.H, p.Hk, p.Dv, sparse ? p.allowed_k : p.key_bound, sparse);
   const int hm = static_cast<int>(s.head_group);
+  plan->hm = hm;
+  plan->groups = (p.H + hm - 1) / hm;
+  // Shorter lists than the grid covers leave trailing splits empty; the combine skips them
+  // exactly.
+  plan->splits = static_cast<int>(s.splits);
+  plan->keys_per_split = s.keys_per_split;
+  plan->group_T = static_cast<int>(s.group_T);
+  plan->scratch_floats = static_cast<size_t>(s.floats);
+  if (mla_wgmma_applies(p, hm, dev)) {
+    plan->latent = plan->wgmma = true;
+    return cudaSuccess;
+  }
   MlaLayout L = make_layout(p, hm, 3);
   if (L.total > f.smem_optin) L = make_layout(p, hm, 2);
   if (L.total > f.smem_optin) return cudaSuccess;  // too wide for shared memory: simple path
@@ -660,14 +636,6 @@ cudaError_t make_plan(const AttentionParams& p, Plan* plan) {
   plan->latent = true;
   plan->kernel = k;
   plan->layout = L;
-  plan->hm = hm;
-  plan->groups = (p.H + hm - 1) / hm;
-  // Shorter lists than the grid covers leave trailing splits empty; the combine skips them
-  // exactly.
-  plan->splits = static_cast<int>(s.splits);
-  plan->keys_per_split = s.keys_per_split;
-  plan->group_T = static_cast<int>(s.group_T);
-  plan->scratch_floats = static_cast<size_t>(s.floats);
   return cudaSuccess;
 }
 
@@ -708,9 +676,14 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
     float* part_o = scratch;
     float* part_ml =
         scratch ? scratch + static_cast<size_t>(plan.splits) * g.T * p.H * p.Dv : nullptr;
-    launch(plan.kernel, dim3(g.T, plan.splits, plan.groups), kThreads, plan.layout.total, stream, g,
-           plan.layout, plan.splits, plan.keys_per_split, part_o, part_ml);
-    e = cudaGetLastError();
+    if (plan.wgmma) {
+      e = launch_mla_wgmma(g, plan.splits, plan.keys_per_split, plan.groups, part_o, part_ml,
+                           stream);
+    } else {
+      launch(plan.kernel, dim3(g.T, plan.splits, plan.groups), kThreads, plan.layout.total, stream,
+             g, plan.layout, plan.splits, plan.keys_per_split, part_o, part_ml);
+      e = cudaGetLastError();
+    }
     if (e != cudaSuccess) return e;
     if (plan.splits == 1) continue;
     launch(combine_kernel, dim3(g.T, p.H), kCombineThreads, csmem, stream, g, plan.splits, part_o,

@@ -1,0 +1,47 @@
+// Key addressing of one attention step (AttentionParams), shared by the attention kernels: which
+// key positions a query sees and the row of k/v that holds each entry of its key list.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/cuda/attention_kernels.h"
+
+namespace mls::ops::cuda::kernels {
+
+// Number of key positions query t may see (j <= q_pos, within the host bound).
+__device__ __forceinline__ int64_t visible_keys(const AttentionParams& p, int t) {
+  const int64_t n = static_cast<int64_t>(p.q_pos[t]) + 1;
+  return n < 0 ? 0 : (n < p.key_bound ? n : p.key_bound);
+}
+
+// The sequence whose block table query t reads, or -1 when it names none.
+__device__ __forceinline__ int64_t seq_of(const AttentionParams& p, int t) {
+  if (!p.block_tables) return 0;
+  const int64_t s = p.token_seq[t];
+  return s >= 0 && s < p.num_seqs ? s : -1;
+}
+
+// Length of query t's key list: its visible positions, or its row of `allowed`.
+__device__ __forceinline__ int64_t list_length(const AttentionParams& p, int t, int64_t nk,
+                                               int64_t seq) {
+  if (seq < 0) return 0;
+  return p.allowed ? p.allowed_k : nk;
+}
+
+// Row of k/v holding entry i of query t's key list, or -1 when the entry is masked (unused
+// sparse slot, position past q_pos, or an address outside the cache).
+__device__ __forceinline__ int64_t entry_row(const AttentionParams& p, int t, int64_t i, int64_t nk,
+                                             int64_t seq) {
+  const int64_t j = p.allowed ? p.allowed[t * p.allowed_k + i] : i;
+  if (j < 0 || j >= nk) return -1;
+  if (!p.block_tables) return j < p.num_rows ? j : -1;
+  // Positions and block sizes fit in 31 bits: 32-bit division is several times cheaper.
+  const uint32_t bs = static_cast<uint32_t>(p.block_size), jj = static_cast<uint32_t>(j);
+  const uint32_t blk = jj / bs;
+  if (blk >= p.max_blocks) return -1;
+  const int64_t b = p.block_tables[seq * p.bt_ld + blk];
+  const int64_t row = b * p.block_size + (jj - blk * bs);
+  return b >= 0 && row < p.num_rows ? row : -1;
+}
+
+}  // namespace mls::ops::cuda::kernels

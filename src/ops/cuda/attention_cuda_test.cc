@@ -638,8 +638,8 @@ TEST(CudaIndexer, PrefillOfSeveralSequences) {
 // The token-group score kernel against the one-token kernel on the same rows, bit for bit, and
 // neither writing a position past a row's valid keys: prompts of several sequences, paged with
 // block sizes 1, 16 and 64 and unpaged, 64, 48, 32, 8 and 4 heads (groups of 2 and 4 rows), a
-// mixed step (decode rows among prompt rows), a few rows of a long context (row chunks across
-// CTAs), narrow odd Di (element-wise staging).
+// mixed step (decode rows among prompt rows), GLM-5's 8,192-token prompt, a few rows of a long
+// context (row chunks across CTAs), narrow odd Di (element-wise staging).
 TEST(CudaIndexer, TokenGroupScoresEqualOneTokenScores) {
   MLS_REQUIRE_GPU();
   constexpr float kUnwritten = -3.25e38f;
@@ -709,6 +709,16 @@ TEST(CudaIndexer, TokenGroupScoresEqualOneTokenScores) {
     for (int32_t p = 0; p < 64; ++p) c.queries.push_back({3, p, 64});
     c.seed = 290;
     SCOPED_TRACE("mixed step");
+    check(c);
+  }
+  {
+    // GLM-5's 8,192-token prefill (one layer's scores; nsys on this test times both kernels at
+    // the shape of the model's prompt).
+    IdxCase c;
+    c.ctx = {8192};
+    c.queries = prompt_queries(c.ctx);
+    c.seed = 296;
+    SCOPED_TRACE("8192-token prompt");
     check(c);
   }
   for (int64_t Hi : {64, 32}) {

@@ -40,7 +40,15 @@ namespace cuda {
 void indexer_topk(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
                   const Tensor& row_len, float scale, const PagedKeys& pages, TopkTieOrder order,
                   Tensor& chosen);
-}
+// The score kernels indexer_topk picks between by the step (tests compare them bitwise on the
+// same rows): one query row a CTA (decode) or CTAs of consecutive rows sharing staged keys.
+enum class IndexerScoreKernel { kOneToken, kTokenGroups };
+// indexer_topk's fp32 scores alone, by `kernel`: scores f32 [T, >= key bound] on the GPU with
+// unit inner stride; row t gets query t's valid positions, the rest is left as it was.
+void indexer_scores(const Tensor& q, const Tensor& k, const Tensor& w, const Tensor& q_pos,
+                    const Tensor& row_len, float scale, const PagedKeys& pages,
+                    IndexerScoreKernel kernel, Tensor& scores);
+}  // namespace cuda
 
 // q [T, Hi, Di], k [S or cache rows, Di], w [T, Hi] (weights_proj output, already × Hi^-0.5),
 // q_pos and row_len i32 [T] → chosen i32 [T, topk], unused slots −1. row_len[t] (> q_pos[t]) is

@@ -16,11 +16,14 @@
 // Indexer: with integer-valued inputs and a power-of-two scale every score is exact in fp32 on
 // both sides, and both break ties at the cut by lower index (TopkTieOrder::kServing), so the
 // chosen lists must be identical. With normal inputs, scores differ by fp32 rounding (~1e-6
-// relative), so keys within 1e-4·rms of the k-th score may swap.
+// relative), so keys within 1e-4·rms of the k-th score may swap. The indexer's two score kernels
+// (one query row a CTA for decode, groups of a prompt's rows sharing staged keys) compute the
+// same products in the same order: their scores must be equal bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -457,6 +460,16 @@ struct IdxCase {
   uint32_t seed = 1;
 };
 
+// Every position of each sequence, as one prefill step (row_len = the prompt length): rows of
+// one sequence run in consecutive tokens and the sequences' boundaries fall anywhere.
+std::vector<IdxQuery> prompt_queries(const std::vector<int64_t>& ctx) {
+  std::vector<IdxQuery> q;
+  for (size_t s = 0; s < ctx.size(); ++s)
+    for (int64_t p = 0; p < ctx[s]; ++p)
+      q.push_back({static_cast<int32_t>(s), static_cast<int32_t>(p), static_cast<int32_t>(ctx[s])});
+  return q;
+}
+
 void run_indexer(const IdxCase& c) {
   const int64_t T = static_cast<int64_t>(c.queries.size());
   const Cache cache(c.ctx, c.block_size, c.seed);
@@ -633,6 +646,152 @@ TEST(CudaIndexer, SmallShapes) {
       c.seed = static_cast<uint32_t>(230 + Di + bs);
       run_indexer(c);
     }
+}
+
+TEST(CudaIndexer, PrefillOfSeveralSequences) {
+  MLS_REQUIRE_GPU();
+  // A prefill step (more rows than sequences: the token-group score kernel) of prompts of 77, 1,
+  // 2, 300, 130 and 523 tokens: 1033 rows, so groups of 4 (or 2) rows straddle boundaries, one
+  // group holds rows of three sequences, and the last group is short. topk 64: most rows are
+  // cut.
+  for (int64_t Hi : {32, 8})
+    for (int64_t bs : {1, 64}) {
+      IdxCase c;
+      c.Hi = Hi;
+      c.topk = 64;
+      c.block_size = bs;
+      c.ctx = {77, 1, 2, 300, 130, 523};
+      c.queries = prompt_queries(c.ctx);
+      c.seed = static_cast<uint32_t>(260 + Hi + bs);
+      SCOPED_TRACE(testing::Message() << "Hi " << Hi << " block size " << bs);
+      run_indexer(c);
+    }
+  IdxCase c;
+  c.integer = false;
+  c.w_f32 = true;
+  c.topk = 64;
+  c.ctx = {77, 1, 2, 300, 130, 523};
+  c.queries = prompt_queries(c.ctx);
+  c.seed = 270;
+  run_indexer(c);
+  // Unpaged keys (one sequence), an odd number of rows.
+  c = IdxCase{};
+  c.topk = 64;
+  c.block_size = 0;
+  c.ctx = {699};
+  c.queries = prompt_queries(c.ctx);
+  c.seed = 271;
+  run_indexer(c);
+}
+
+// The token-group score kernel against the one-token kernel on the same rows, bit for bit, and
+// neither writing a position past a row's valid keys: prompts of several sequences, paged with
+// block sizes 1, 16 and 64 and unpaged, 64, 48, 32, 8 and 4 heads (groups of 2 and 4 rows), a
+// mixed step (decode rows among prompt rows), GLM-5's 8,192-token prompt, a few rows of a long
+// context (row chunks across CTAs), narrow odd Di (element-wise staging).
+TEST(CudaIndexer, TokenGroupScoresEqualOneTokenScores) {
+  MLS_REQUIRE_GPU();
+  constexpr float kUnwritten = -3.25e38f;
+  auto check = [&](const IdxCase& c) {
+    const auto T = static_cast<int64_t>(c.queries.size());
+    const Cache cache(c.ctx, c.block_size, c.seed);
+    std::vector<int32_t> pos, seq, len;
+    for (const IdxQuery& q : c.queries) {
+      pos.push_back(q.pos);
+      seq.push_back(q.seq);
+      len.push_back(q.row_len);
+    }
+    const Pages pages(cache, seq, pos);
+    const Tensor q = to_gpu(bf16_values({T, c.Hi, c.Di}, c.seed + 1));
+    const Tensor k = to_gpu(bf16_values({cache.rows, c.Di}, c.seed + 2));
+    const Tensor w = to_gpu(bf16_values({T, c.Hi}, c.seed + 3, 0.2f), c.w_f32 ? DType::kF32 : kBF);
+    const Tensor q_pos = to_gpu(ints_cpu(pos), kI32), row_len = to_gpu(ints_cpu(len), kI32);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.Di));
+    const int64_t bound = key_bound(pages.dev, cache.rows), ld = bound + 5;
+    Tensor unwritten = Tensor::empty({T, ld}, DType::kF32, MemTag::kActivation);
+    std::fill_n(unwritten.data<float>(), T * ld, kUnwritten);
+    auto scores = [&](cuda::IndexerScoreKernel kernel) {
+      Tensor s = to_gpu(unwritten, DType::kF32);
+      cuda::indexer_scores(q, k, w, q_pos, row_len, scale, pages.dev, kernel, s);
+      return to_cpu(s);
+    };
+    const Tensor one = scores(cuda::IndexerScoreKernel::kOneToken);
+    const Tensor groups = scores(cuda::IndexerScoreKernel::kTokenGroups);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t n = std::min<int64_t>({pos[t] + 1, len[t], bound});
+      const float* a = one.data<float>() + t * ld;
+      const float* b = groups.data<float>() + t * ld;
+      for (int64_t j = 0; j < ld; ++j) {
+        if (std::memcmp(a + j, b + j, sizeof(float)) != 0) {
+          ADD_FAILURE() << "row " << t << " key " << j << ": one-token " << a[j] << ", groups "
+                        << b[j];
+          return;
+        }
+        if ((a[j] == kUnwritten) != (j >= n)) {
+          ADD_FAILURE() << "row " << t << " key " << j << " of " << n
+                        << " valid: " << (j >= n ? "written" : "not written");
+          return;
+        }
+      }
+    }
+  };
+
+  for (int64_t Hi : {64, 48, 32, 8})
+    for (int64_t bs : {1, 16, 64, 0}) {
+      IdxCase c;
+      c.Hi = Hi;
+      c.block_size = bs;
+      c.ctx = bs == 0 ? std::vector<int64_t>{699} : std::vector<int64_t>{77, 1, 2, 300, 130, 523};
+      c.queries = prompt_queries(c.ctx);
+      c.w_f32 = Hi == 32;
+      c.seed = static_cast<uint32_t>(280 + Hi + bs);
+      SCOPED_TRACE(testing::Message() << "prompts, Hi " << Hi << " block size " << bs);
+      check(c);
+    }
+  {
+    // Decode rows of sequences 0 and 2 among prompt chunks of sequences 1 and 3.
+    IdxCase c;
+    c.ctx = {3000, 200, 4100, 64};
+    c.queries.push_back({0, 2999, 3000});
+    for (int32_t p = 50; p < 200; ++p) c.queries.push_back({1, p, 200});
+    c.queries.push_back({2, 4099, 4100});
+    for (int32_t p = 0; p < 64; ++p) c.queries.push_back({3, p, 64});
+    c.seed = 290;
+    SCOPED_TRACE("mixed step");
+    check(c);
+  }
+  {
+    // GLM-5's 8,192-token prefill (one layer's scores; nsys on this test times both kernels at
+    // the shape of the model's prompt).
+    IdxCase c;
+    c.ctx = {8192};
+    c.queries = prompt_queries(c.ctx);
+    c.seed = 296;
+    SCOPED_TRACE("8192-token prompt");
+    check(c);
+  }
+  for (int64_t Hi : {64, 32}) {
+    // 10 rows at the end of a 9000-key context: few CTAs, so each row's keys are split in chunks.
+    IdxCase c;
+    c.Hi = Hi;
+    c.block_size = 16;
+    c.ctx = {9000};
+    for (int32_t p = 8990; p < 9000; ++p) c.queries.push_back({0, p, 9000});
+    c.seed = static_cast<uint32_t>(291 + Hi);
+    SCOPED_TRACE(testing::Message() << "long rows, Hi " << Hi);
+    check(c);
+  }
+  {
+    IdxCase c;
+    c.Hi = 4;
+    c.Di = 20;
+    c.block_size = 16;
+    c.ctx = {3, 30, 70};
+    c.queries = prompt_queries(c.ctx);
+    c.seed = 295;
+    SCOPED_TRACE("Hi 4, Di 20");
+    check(c);
+  }
 }
 
 // The serving tie rule on the GPU: small integers tie often at the cut, and a row keeps the

@@ -1,9 +1,16 @@
 // DSA indexer on the GPU in two kernels.
 //
-// Scores: one CTA of 4 warps per (query token, chunk of its key row). The token's Hi heads are
-// the M dimension of tensor-core products against key tiles of 128 keys (double-buffered
-// cp.async): S[heads × keys] = Q[heads × Di] · K_tileᵀ, then score[j] = Σ_h w[h] ·
-// relu(scale · S[h, j]) in fp32, reduced across the lanes that hold one key's heads.
+// Scores: one CTA of 4 warps per (QT consecutive query tokens, chunk of their key rows). Key
+// tiles of 128 keys (double-buffered cp.async) are staged once for a run of the CTA's tokens of
+// one sequence, whose key positions are the same rows (a CTA straddling sequences takes its runs
+// one after another). Per token, the Hi heads are the M dimension of tensor-core products
+// S[heads × keys] = Q[heads × Di] · K_tileᵀ (a k-step's key fragments loaded once for all the
+// run's tokens), then score[j] = Σ_h w[h] · relu(scale · S[h, j]) in fp32, reduced across the
+// lanes that hold one key's heads, written for the token's own valid keys only. Decode steps (a
+// token a sequence) take QT = 1, small steps' rows split in chunks across CTAs for two CTAs an
+// SM; steps with more rows than sequences (prompts) take QT = 4 (2 past 32 heads), staging a
+// QT-th of the key bytes per product. Every score is the same products summed in the same order
+// either way: the same floats.
 //
 // Top-k: one CTA per row. A 4-pass radix select (8 bits per pass, warp-aggregated shared
 // histograms) finds the k-th largest score; the chosen keys are every key above it plus the
@@ -76,118 +83,173 @@ struct ScoreLayout {
   int q_bytes = 0, stage_bytes = 0, total = 0;
 };
 
-template <int MB>
+// Query tokens per CTA of the token-group kernel for MB m16 blocks of heads: its accumulators
+// are QT·MB·16 floats a lane and its query tiles QT·MB·16 rows of shared memory, so QT·MB <= 8
+// keeps both at 128 floats and 35 KB (two CTAs an SM, no spills) for every head count.
+constexpr int group_tokens(int mb) {
+  return mb <= 2 ? 4 : 2;
+}
+
+template <int MB, int QT>
 __global__ void __launch_bounds__(kScoreThreads)
-    index_score_kernel(const IndexerParams p, const ScoreLayout L, int t0, int tiles_per_cta,
-                       float* scores, int64_t ld) {
+    index_score_kernel(const IndexerParams p, const ScoreLayout L, int t0, int nt,
+                       int tiles_per_cta, float* scores, int64_t ld) {
   pdl_begin();
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem);
+  bf16* q_s = reinterpret_cast<bf16*>(smem);  // [QT][hp] rows
   int64_t* rows_s = reinterpret_cast<int64_t*>(smem + L.q_bytes + 2 * L.stage_bytes);  // [2][kTile]
 
-  const int t = t0 + static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
+  // Tokens tb .. tb + cnt − 1; the last tokens (longest rows) go to the first CTAs.
+  const int tb = t0 + static_cast<int>(gridDim.x - 1 - blockIdx.x) * QT;
+  const int cnt = t0 + nt - tb < QT ? t0 + nt - tb : QT;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int64_t n = valid_keys(p, t);
   const int64_t key0 = static_cast<int64_t>(blockIdx.y) * tiles_per_cta * kTile;
-  if (key0 >= n) return;
-  const int64_t left = (n - key0 + kTile - 1) / kTile;
-  const int ntiles = static_cast<int>(left < tiles_per_cta ? left : tiles_per_cta);
+  int64_t n[QT];
+  int64_t n_any = 0;
+#pragma unroll
+  for (int u = 0; u < QT; ++u) {
+    n[u] = u < cnt ? valid_keys(p, tb + u) : 0;
+    n_any = n[u] > n_any ? n[u] : n_any;
+  }
+  if (key0 >= n_any) return;
   const bf16* kbase = static_cast<const bf16*>(p.k);
   const int chunks = L.dp / 8;
 
-  auto resolve = [&](int tile) {
-    const int64_t j = key0 + static_cast<int64_t>(tile) * kTile + tid;
-    rows_s[(tile & 1) * kTile + tid] = tile < ntiles && j < n ? key_row(p, t, j) : -1;
-  };
-  auto issue = [&](int tile) {
-    bf16* dst = reinterpret_cast<bf16*>(smem + L.q_bytes + (tile & 1) * L.stage_bytes);
-    for (int c = tid; c < kTile * chunks; c += kScoreThreads) {
-      const int r = c / chunks, col = (c % chunks) * 8;
-      const int64_t row = rows_s[(tile & 1) * kTile + r];
-      const bf16* src = row >= 0 && col < p.Di ? kbase + row * p.k_sr + col : nullptr;
-      stage8(dst + r * L.ld + col, src, p.Di - col, L.vec, kbase);
-    }
-  };
-
-  {
-    const bf16* qb = static_cast<const bf16*>(p.q) + t * p.q_st;
-    for (int c = tid; c < L.hp * chunks; c += kScoreThreads) {
-      const int r = c / chunks, col = (c % chunks) * 8;
-      const bf16* src = r < p.Hi && col < p.Di ? qb + r * p.q_sh + col : nullptr;
-      stage8(q_s + r * L.ld + col, src, p.Di - col, L.vec, kbase);
-    }
+  for (int c = tid; c < cnt * L.hp * chunks; c += kScoreThreads) {
+    const int r = c / chunks, col = (c % chunks) * 8, u = r / L.hp, h = r % L.hp;
+    const bf16* src = h < p.Hi && col < p.Di
+                          ? static_cast<const bf16*>(p.q) + (tb + u) * p.q_st + h * p.q_sh + col
+                          : nullptr;
+    stage8(q_s + r * L.ld + col, src, p.Di - col, L.vec, kbase);
   }
-  resolve(0);
-  resolve(1);
-  __syncthreads();
-  issue(0);
-  cp_async_commit();
 
-  // This lane's head weights: rows g and g + 8 of each m16 block (zero past Hi).
+  // This lane's head weights per token: rows g and g + 8 of each m16 block (zero past Hi).
   const int g = lane >> 2;
-  float wv[MB][2];
+  float wv[QT][MB][2];
 #pragma unroll
-  for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int h = mb * 16 + g + hh * 8;
-      float x = 0.0f;
-      if (h < p.Hi)
-        x = p.w_f32 ? static_cast<const float*>(p.w)[t * p.w_st + h]
-                    : __bfloat162float(static_cast<const bf16*>(p.w)[t * p.w_st + h]);
-      wv[mb][hh] = x;
-    }
-
-  float* srow = scores + static_cast<int64_t>(t - t0) * ld;
-  for (int it = 0; it < ntiles; ++it) {
-    cp_async_wait<0>();
-    __syncthreads();  // tile `it` visible; tile it−1's buffer and addresses are free
-    if (it + 1 < ntiles) issue(it + 1);
-    cp_async_commit();
-    resolve(it + 2);
-
-    const bf16* ks = reinterpret_cast<const bf16*>(smem + L.q_bytes + (it & 1) * L.stage_bytes);
-    float acc[MB][4][4];
+  for (int u = 0; u < QT; ++u)
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[mb][nt][c] = 0.0f;
-    const bf16* qa = q_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * L.ld + (lane >> 4) * 8;
-    const bf16* kb = ks + (warp * 32 + (lane & 7) + (lane >> 4) * 8) * L.ld + ((lane >> 3) & 1) * 8;
-    for (int kk = 0; kk < L.dp / 16; ++kk) {
-      uint32_t a[MB][4];
-#pragma unroll
-      for (int mb = 0; mb < MB; ++mb) ldmatrix_x4(a[mb], qa + mb * 16 * L.ld + kk * 16);
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, kb + np * 16 * L.ld + kk * 16);
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb) {
-          mma_bf16(acc[mb][2 * np], a[mb], b[0], b[1]);
-          mma_bf16(acc[mb][2 * np + 1], a[mb], b[2], b[3]);
-        }
+      for (int hh = 0; hh < 2; ++hh) {
+        const int h = mb * 16 + g + hh * 8;
+        const int64_t i = static_cast<int64_t>(tb + u) * p.w_st + h;
+        float x = 0.0f;
+        if (u < cnt && h < p.Hi)
+          x = p.w_f32 ? static_cast<const float*>(p.w)[i]
+                      : __bfloat162float(static_cast<const bf16*>(p.w)[i]);
+        wv[u][mb][hh] = x;
       }
+
+  // Runs of tokens of one sequence [g0, g1), one after another: a run's keys are the same rows
+  // (those of its first token), staged once for all of its tokens.
+  for (int g0 = 0, g1 = 0; g0 < cnt; g0 = g1) {
+    g1 = g0 + 1;
+    if (!p.block_tables) {
+      g1 = cnt;
+    } else {
+      while (g1 < cnt && p.token_seq[tb + g1] == p.token_seq[tb + g0]) ++g1;
     }
-    const int64_t tile_key = key0 + static_cast<int64_t>(it) * kTile + warp * 32;
+    int64_t n_run = 0;
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int u = 0; u < QT; ++u)
+      if (u >= g0 && u < g1 && n[u] > n_run) n_run = n[u];
+    if (key0 >= n_run) continue;
+    const int lead = tb + g0;
+    const int64_t left = (n_run - key0 + kTile - 1) / kTile;
+    const int ntiles = static_cast<int>(left < tiles_per_cta ? left : tiles_per_cta);
+
+    auto resolve = [&](int tile) {
+      const int64_t j = key0 + static_cast<int64_t>(tile) * kTile + tid;
+      rows_s[(tile & 1) * kTile + tid] = tile < ntiles && j < n_run ? key_row(p, lead, j) : -1;
+    };
+    auto issue = [&](int tile) {
+      bf16* dst = reinterpret_cast<bf16*>(smem + L.q_bytes + (tile & 1) * L.stage_bytes);
+      for (int c = tid; c < kTile * chunks; c += kScoreThreads) {
+        const int r = c / chunks, col = (c % chunks) * 8;
+        const int64_t row = rows_s[(tile & 1) * kTile + r];
+        const bf16* src = row >= 0 && col < p.Di ? kbase + row * p.k_sr + col : nullptr;
+        stage8(dst + r * L.ld + col, src, p.Di - col, L.vec, kbase);
+      }
+    };
+
+    // The barrier also ends the previous run's reads of both key buffers.
+    resolve(0);
+    resolve(1);
+    __syncthreads();
+    issue(0);
+    cp_async_commit();
+
+    for (int it = 0; it < ntiles; ++it) {
+      cp_async_wait<0>();
+      __syncthreads();  // tile `it` visible; tile it−1's buffer and addresses are free
+      if (it + 1 < ntiles) issue(it + 1);
+      cp_async_commit();
+      resolve(it + 2);
+
+      // The run's tokens with valid keys among this warp's 32.
+      const int64_t tile_key = key0 + static_cast<int64_t>(it) * kTile + warp * 32;
+      unsigned live = 0;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        float s = 0.0f;
+      for (int u = 0; u < QT; ++u)
+        if (u >= g0 && u < g1 && tile_key < n[u]) live |= 1u << u;
+
+      const bf16* ks = reinterpret_cast<const bf16*>(smem + L.q_bytes + (it & 1) * L.stage_bytes);
+      float acc[QT][MB][4][4];
+#pragma unroll
+      for (int u = 0; u < QT; ++u)
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb)
-          s += wv[mb][0] * fmaxf(acc[mb][nt][c] * p.scale, 0.0f) +
-               wv[mb][1] * fmaxf(acc[mb][nt][c + 2] * p.scale, 0.0f);
-        // Lanes with one (lane & 3) hold the same key for the other heads.
-        s += __shfl_xor_sync(0xffffffffu, s, 4);
-        s += __shfl_xor_sync(0xffffffffu, s, 8);
-        s += __shfl_xor_sync(0xffffffffu, s, 16);
-        const int64_t key = tile_key + nt * 8 + (lane & 3) * 2 + c;
-        if (lane < 4 && key < n) srow[key] = s;
+#pragma unroll
+          for (int nt8 = 0; nt8 < 4; ++nt8)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[u][mb][nt8][c] = 0.0f;
+      const bf16* qa = q_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * L.ld + (lane >> 4) * 8;
+      const bf16* kb =
+          ks + (warp * 32 + (lane & 7) + (lane >> 4) * 8) * L.ld + ((lane >> 3) & 1) * 8;
+      for (int kk = 0; kk < L.dp / 16; ++kk) {
+        // The key fragments of this k-step serve every token of the run.
+        uint32_t b[2][4];
+#pragma unroll
+        for (int np = 0; np < 2; ++np) ldmatrix_x4(b[np], kb + np * 16 * L.ld + kk * 16);
+#pragma unroll
+        for (int u = 0; u < QT; ++u) {
+          if (!(live & (1u << u))) continue;
+          uint32_t a[MB][4];
+#pragma unroll
+          for (int mb = 0; mb < MB; ++mb)
+            ldmatrix_x4(a[mb], qa + (u * L.hp + mb * 16) * L.ld + kk * 16);
+#pragma unroll
+          for (int np = 0; np < 2; ++np)
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) {
+              mma_bf16(acc[u][mb][2 * np], a[mb], b[np][0], b[np][1]);
+              mma_bf16(acc[u][mb][2 * np + 1], a[mb], b[np][2], b[np][3]);
+            }
+        }
       }
+#pragma unroll
+      for (int u = 0; u < QT; ++u) {
+        if (!(live & (1u << u))) continue;
+        float* srow = scores + static_cast<int64_t>(tb + u - t0) * ld;
+#pragma unroll
+        for (int nt8 = 0; nt8 < 4; ++nt8)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float s = 0.0f;
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb)
+              s += wv[u][mb][0] * fmaxf(acc[u][mb][nt8][c] * p.scale, 0.0f) +
+                   wv[u][mb][1] * fmaxf(acc[u][mb][nt8][c + 2] * p.scale, 0.0f);
+            // Lanes with one (lane & 3) hold the same key for the other heads.
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            s += __shfl_xor_sync(0xffffffffu, s, 8);
+            s += __shfl_xor_sync(0xffffffffu, s, 16);
+            const int64_t key = tile_key + nt8 * 8 + (lane & 3) * 2 + c;
+            if (lane < 4 && key < n[u]) srow[key] = s;
+          }
+      }
+    }
   }
   cp_async_wait<0>();
 }
@@ -468,7 +530,7 @@ __global__ void __launch_bounds__(kRegThreads)
   }
 }
 
-ScoreLayout make_score_layout(const IndexerParams& p) {
+ScoreLayout make_score_layout(const IndexerParams& p, int qt) {
   ScoreLayout L;
   L.dp = (p.Di + 15) / 16 * 16;
   L.ld = L.dp + 8;
@@ -476,7 +538,7 @@ ScoreLayout make_score_layout(const IndexerParams& p) {
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   L.vec = p.Di % 8 == 0 && p.q_st % 8 == 0 && p.q_sh % 8 == 0 && p.k_sr % 8 == 0 && aligned(p.q) &&
           aligned(p.k);
-  L.q_bytes = L.hp * L.ld * 2;
+  L.q_bytes = qt * L.hp * L.ld * 2;
   L.stage_bytes = kTile * L.ld * 2;
   L.total = L.q_bytes + 2 * L.stage_bytes + 2 * kTile * static_cast<int>(sizeof(int64_t));
   return L;
@@ -491,27 +553,54 @@ cudaError_t prepare(int dev, const void* kernel, int* sms) {
   return e;
 }
 
-template <int MB>
-cudaError_t launch_scores(const IndexerParams& p, const ScoreLayout& L, int dev, int t0, int nt,
-                          float* scores, int64_t ld, cudaStream_t stream) {
-  auto kernel = index_score_kernel<MB>;
+template <int MB, int QT>
+cudaError_t launch_scores(const IndexerParams& p, int dev, int t0, int nt, float* scores,
+                          int64_t ld, cudaStream_t stream) {
+  auto kernel = index_score_kernel<MB, QT>;
   int sms = 0;
   const cudaError_t e = prepare(dev, reinterpret_cast<const void*>(kernel), &sms);
   if (e != cudaSuccess) return e;
-  // Enough CTAs per row to give a small step two CTAs per SM; a long step keeps whole rows.
+  const ScoreLayout L = make_score_layout(p, QT);
+  // Enough CTAs per group of rows to give a small step two CTAs per SM; a long step keeps whole
+  // rows.
+  const int64_t groups = (nt + QT - 1) / QT;
   const int64_t tiles = std::max<int64_t>(1, (p.key_bound + kTile - 1) / kTile);
-  const int64_t want = std::clamp<int64_t>((2LL * sms + nt - 1) / nt, 1, tiles);
+  const int64_t want = std::clamp<int64_t>((2LL * sms + groups - 1) / groups, 1, tiles);
   const int64_t per_cta = (tiles + want - 1) / want;
   const int64_t chunks = (tiles + per_cta - 1) / per_cta;
-  launch(kernel, dim3(nt, static_cast<unsigned>(chunks)), kScoreThreads, L.total, stream, p, L, t0,
-         static_cast<int>(per_cta), scores, ld);
+  launch(kernel, dim3(static_cast<unsigned>(groups), static_cast<unsigned>(chunks)), kScoreThreads,
+         L.total, stream, p, L, t0, nt, static_cast<int>(per_cta), scores, ld);
   return cudaGetLastError();
+}
+
+template <int MB>
+cudaError_t launch_scores(const IndexerParams& p, int dev, int t0, int nt, float* scores,
+                          int64_t ld, bool token_groups, cudaStream_t stream) {
+  return token_groups ? launch_scores<MB, group_tokens(MB)>(p, dev, t0, nt, scores, ld, stream)
+                      : launch_scores<MB, 1>(p, dev, t0, nt, scores, ld, stream);
 }
 
 }  // namespace
 
 int64_t indexer_scores_ld(const IndexerParams& p) {
   return ops::scratch::indexer_scores_ld(p.key_bound);
+}
+
+cudaError_t launch_indexer_scores(const IndexerParams& p, int t0, int nt, float* scores, int64_t ld,
+                                  bool token_groups, cudaStream_t stream) {
+  if (nt <= 0 || p.key_bound <= 0) return cudaSuccess;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  DeviceFacts f;
+  if (e == cudaSuccess) e = device_facts(dev, &f);
+  if (e != cudaSuccess) return e;
+  const int mb = (p.Hi + 15) / 16;
+  // Keys too wide for a group's query tiles beside the key tiles take the one-token kernel.
+  token_groups = token_groups && make_score_layout(p, group_tokens(mb)).total <= f.smem_optin;
+  return mb == 1   ? launch_scores<1>(p, dev, t0, nt, scores, ld, token_groups, stream)
+         : mb == 2 ? launch_scores<2>(p, dev, t0, nt, scores, ld, token_groups, stream)
+         : mb == 3 ? launch_scores<3>(p, dev, t0, nt, scores, ld, token_groups, stream)
+                   : launch_scores<4>(p, dev, t0, nt, scores, ld, token_groups, stream);
 }
 
 cudaError_t launch_indexer_topk(const IndexerParams& p, int t0, int nt, float* scores,
@@ -521,15 +610,15 @@ cudaError_t launch_indexer_topk(const IndexerParams& p, int t0, int nt, float* s
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   const int64_t ld = indexer_scores_ld(p);
-  if (p.key_bound > 0) {
-    const ScoreLayout L = make_score_layout(p);
-    const int mb = L.hp / 16;
-    e = mb == 1   ? launch_scores<1>(p, L, dev, t0, nt, scores, ld, stream)
-        : mb == 2 ? launch_scores<2>(p, L, dev, t0, nt, scores, ld, stream)
-        : mb == 3 ? launch_scores<3>(p, L, dev, t0, nt, scores, ld, stream)
-                  : launch_scores<4>(p, L, dev, t0, nt, scores, ld, stream);
-    if (e != cudaSuccess) return e;
-  }
+  // Token groups pay wherever a CTA's rows share a sequence: the same products for a QT-th of
+  // the staged key bytes. Block-table rows bound the step's sequences, so a step with more rows
+  // (or unpaged keys: one sequence) holds prompt rows; a decode step (a row a sequence, which
+  // groups would take one after another in fewer CTAs) keeps the one-token kernel and the row
+  // chunks tuned for it. No row-count threshold besides: small steps split rows in chunks either
+  // way.
+  const bool token_groups = nt > 1 && (!p.block_tables || p.T > p.num_seqs);
+  e = launch_indexer_scores(p, t0, nt, scores, ld, token_groups, stream);
+  if (e != cudaSuccess) return e;
   if (p.key_bound <= kRegKeys) {
     launch(topk_reg_kernel, nt, kRegThreads, 0, stream, p, t0, scores, ld);
     return cudaGetLastError();

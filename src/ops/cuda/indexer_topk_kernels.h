@@ -35,6 +35,12 @@ struct IndexerParams {
 
 // Row stride (floats) of the score scratch: key_bound rounded up for 16-byte rows.
 int64_t indexer_scores_ld(const IndexerParams& p);
+// Scores of query rows [t0, t0 + nt) into rows of `ld` (>= key_bound) floats: row t − t0 holds
+// query t's valid positions; the rest are not written. token_groups: CTAs of a few consecutive
+// rows sharing each staged key tile (prompts), else one row a CTA (decode); both write the same
+// floats. launch_indexer_topk picks by the step.
+cudaError_t launch_indexer_scores(const IndexerParams& p, int t0, int nt, float* scores, int64_t ld,
+                                  bool token_groups, cudaStream_t stream);
 // Scores then selects for query rows [t0, t0 + nt); `scores` holds nt × indexer_scores_ld(p)
 // floats. The selection of a row lists its chosen positions in ascending order, then −1s.
 cudaError_t launch_indexer_topk(const IndexerParams& p, int t0, int nt, float* scores,

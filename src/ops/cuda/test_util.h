@@ -141,6 +141,77 @@ inline Tensor upload_fp8(const Fp8Weight& w) {
   return dev;
 }
 
+// A block-FP8 weight [out, in] on the GPU as the loader leaves it, with random e4m3 codes (no
+// NaN) and block scales of 2^-9 .. 2^-8: for bitwise comparisons of two paths, which need no
+// reference values, at the model's widths (make_fp8_weight's host work is too slow there).
+inline Tensor random_fp8_weight(int64_t out, int64_t in, uint32_t seed) {
+  Tensor q = Tensor::empty({out, in}, DType::kFP8E4M3, MemTag::kWeights);
+  uint64_t state = 0x9e3779b97f4a7c15ull * (seed + 1);
+  auto next = [&state] {  // splitmix64
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  uint8_t* b = q.data<uint8_t>();
+  for (int64_t i = 0; i < q.numel(); i += 8) {
+    const uint64_t r = next();
+    for (int64_t j = 0; j < 8 && i + j < q.numel(); ++j) {
+      const auto v = static_cast<uint8_t>(r >> (8 * j));
+      b[i + j] = (v & 0x7f) == 0x7f ? v - 1 : v;  // 0x7f and 0xff are NaN
+    }
+  }
+  Tensor scale =
+      Tensor::empty({(out + 127) / 128, (in + 127) / 128}, DType::kF32, MemTag::kWeights);
+  for (int64_t i = 0; i < scale.numel(); ++i)
+    scale.data<float>()[i] = std::ldexp(1.0f + static_cast<float>(next() % 256) / 256.0f, -9);
+  Tensor dev = to_gpu(q, DType::kFP8E4M3);
+  dev.set_block_scale(to_gpu(scale, DType::kF32));
+  ops::attach_padded_block_scale(dev, ::mls::cuda::allocator());
+  return dev;
+}
+
+// Host f32 activations [T, K] for the FP8 quantisation's edge cases, besides N(0, 1) values:
+// token t's 128-group t % G is all zeros (G = the group count), (t + 1) % G all -0, (t + 2) % G
+// holds one value of 1e30 (the others round to 0), (t + 3) % G is ±v with v / (v / 448) > 448 in
+// fp32 (the top of the e4m3 range, where the conversion saturates) and (t + 4) % G holds bf16
+// subnormals (a subnormal scale: division's slow path).
+inline Tensor fp8_edge_activations(int64_t T, int64_t K, uint32_t seed) {
+  Tensor x = random_cpu({T, K}, seed);
+  float* fx = x.data<float>();
+  const int64_t G = (K + 127) / 128;
+  float top = 1.0f;  // the smallest bf16 value >= 1 whose quotient exceeds 448
+  while (!(top / (top / 448.0f) > 448.0f))
+    top = bf16_to_f32(static_cast<uint16_t>(f32_to_bf16(top) + 1));
+  for (int64_t t = 0; t < T; ++t) {
+    const auto group = [&](int64_t i, auto&& fill) {
+      const int64_t g = (t + i) % G;
+      for (int64_t k = g * 128; k < std::min(K, g * 128 + 128); ++k)
+        fill(k - g * 128, fx[t * K + k]);
+    };
+    group(4, [](int64_t k, float& v) { v = static_cast<float>(k % 3 - 1) * (1 + k) * 1e-41f; });
+    group(3, [&](int64_t k, float& v) { v = k % 2 ? top : -top; });
+    group(2, [](int64_t k, float& v) {
+      if (k == 5) v = 1e30f;
+    });
+    group(1, [](int64_t, float& v) { v = -0.0f; });
+    group(0, [](int64_t, float& v) { v = 0.0f; });
+  }
+  return x;
+}
+
+// The bytes of tag workspace (an op's scratch) that `run` holds at its peak on the GPU.
+template <class F>
+int64_t workspace_peak(F&& run) {
+  ::mls::cuda::synchronize();
+  Allocator& a = gpu();
+  const int64_t before = a.stats().cur(MemTag::kWorkspace);
+  a.reset_peaks();
+  run();
+  ::mls::cuda::synchronize();
+  return a.stats().pk(MemTag::kWorkspace) - before;
+}
+
 // The activation quantisation the GPU applies, emulated: per token and 128-group along K,
 // scale = amax / 448 (1 for an all-zero group), x ≈ e4m3(x / scale) · scale.
 inline Tensor emulate_act_quant(const Tensor& x) {

@@ -1,8 +1,7 @@
 // The block-FP8 decode kernels at the GLM-5 shapes, each timed alone on the GPU: the skinny GEMM
-// of every decode linear (1 and 8 tokens; alone, as a pair of weights in one launch, and
-// quantising its bf16 input in its loads), the activation quantisation, and the grouped expert
-// GEMMs (gate·up with SiLU, down): the skinny kernel at decode batch sizes for the pass counts
-// the launcher chooses between and quantising in its loads, and the
+// of every decode linear (1 and 8 tokens; alone and as a pair of weights in one launch), the
+// activation quantisation, and the grouped expert GEMMs (gate·up with SiLU, down): the skinny
+// kernel at decode batch sizes for the pass counts the launcher chooses between, and the
 // tensor-core kernel at every size (prefill: 8,192 tokens), so that the launchers' choices are
 // measurements (bench/RESULTS.md); TFLOP/s against the 1,979 dense FP8 peak. Launches are captured
 // in a CUDA graph, as serving replays them, and rotate over enough weight copies that every launch
@@ -65,19 +64,6 @@ void fill_f32(float* dst, size_t count, float value) {
   check(cudaMemcpy(dst, host.data(), count * sizeof(float), cudaMemcpyHostToDevice), "fill");
 }
 
-// bf16 values spread over [-1, 1].
-void fill_bf16(void* dst, size_t count) {
-  std::vector<uint16_t> host(count);
-  std::mt19937 g(3);
-  for (auto& v : host) {
-    const float f = static_cast<float>(g() % 2048) / 1024.0f - 1.0f;
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    v = static_cast<uint16_t>(u >> 16);
-  }
-  check(cudaMemcpy(dst, host.data(), count * 2, cudaMemcpyHostToDevice), "fill");
-}
-
 // µs per launch of `launch(i)` (i = 0 .. iters - 1) captured into one graph and replayed.
 double time_graph(cudaStream_t stream, int iters, const std::function<void(int)>& launch) {
   cudaGraph_t graph;
@@ -132,8 +118,6 @@ void bench_skinny(cudaStream_t stream, int num_sms, int iters) {
   fill_fp8(xq, max_t * max_k);
   float* xs = device_alloc<float>(max_t * (max_k / 128));
   fill_f32(xs, max_t * (max_k / 128), 0.01f);
-  void* xb = device_alloc<uint16_t>(max_t * max_k);
-  fill_bf16(xb, max_t * max_k);
   void* y = device_alloc<uint16_t>(max_t * max_n);
   const size_t partial_bytes = size_t{32} * max_t * max_n * sizeof(float);
   float* partial = device_alloc<float>(partial_bytes / sizeof(float));
@@ -174,24 +158,13 @@ void bench_skinny(cudaStream_t stream, int num_sms, int iters) {
         a.out[1].w = w + bytes * ((i + 1) % copies);
         check(k::launch_fp8_gemm_skinny(a, stream), "skinny pair");
       });
-      // One weight, quantising the bf16 input in its loads (no quantisation launch before it).
-      a.out[1] = {};
-      a.x = xb;
-      a.ldx = l.K;
-      const double fused_us = time_graph(stream, iters, [&](int i) {
-        a.out[0].w = w + bytes * (i % copies);
-        check(k::launch_fp8_gemm_skinny(a, stream), "skinny fused");
-      });
-      a.x = nullptr;
       const double tbs = static_cast<double>(bytes) / us * 1e-6;
       const double pair_tbs = 2.0 * static_cast<double>(bytes) / pair_us * 1e-6;
-      const double fused_tbs = static_cast<double>(bytes) / fused_us * 1e-6;
       std::printf(
           "  %-15s N %5ld K %5ld T %ld: %6.2f µs %4.2f TB/s (%2.0f%%); two in one launch "
-          "%6.2f µs %4.2f TB/s (%2.0f%%); quantising in its loads %6.2f µs %4.2f TB/s (%2.0f%%)\n",
+          "%6.2f µs %4.2f TB/s (%2.0f%%)\n",
           l.name, static_cast<long>(l.N), static_cast<long>(l.K), static_cast<long>(T), us, tbs,
-          100 * tbs / kFloorTBs, pair_us, pair_tbs, 100 * pair_tbs / kFloorTBs, fused_us, fused_tbs,
-          100 * fused_tbs / kFloorTBs);
+          100 * tbs / kFloorTBs, pair_us, pair_tbs, 100 * pair_tbs / kFloorTBs);
     }
     cudaFree(w);
     cudaFree(ws);
@@ -206,7 +179,6 @@ void bench_skinny(cudaStream_t stream, int num_sms, int iters) {
   }
   cudaFree(xq);
   cudaFree(xs);
-  cudaFree(xb);
   cudaFree(y);
   cudaFree(partial);
   cudaFree(counters);
@@ -261,8 +233,6 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
   fill_fp8(xq, max_rows * H);
   float* xs = device_alloc<float>(max_rows * (H / 128));
   fill_f32(xs, max_rows * (H / 128), 0.01f);
-  void* xb = device_alloc<uint16_t>(max_rows * H);
-  fill_bf16(xb, max_rows * H);
   void* y = device_alloc<uint16_t>(max_rows * H);
   void* y_tc = device_alloc<uint16_t>(max_rows * H);
   int32_t* offsets = device_alloc<int32_t>(E + 1);
@@ -326,15 +296,6 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
         report(what, time_graph(stream, iters,
                                 [&](int) { check(k::launch_moe_fp8_gemm(a, stream), "experts"); }));
       }
-      if (R <= 4096) {  // the launcher's passes, quantising the bf16 rows in the loads
-        a.passes = 0;
-        a.x = xb;
-        a.ldx = a.K;
-        report("fused", time_graph(stream, iters, [&](int) {
-                 check(k::launch_moe_fp8_gemm(a, stream), "experts (fused)");
-               }));
-        a.x = nullptr;
-      }
       a.y = y_tc;
       for (const int promote_k : {128, 64, 32}) {
         a.promote_k = promote_k;
@@ -354,7 +315,6 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
   cudaFree(dtable);
   cudaFree(xq);
   cudaFree(xs);
-  cudaFree(xb);
   cudaFree(y);
   cudaFree(y_tc);
   cudaFree(offsets);

@@ -13,14 +13,8 @@ void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
 }  // namespace cpu
 namespace cuda {
-// How an FP8 linear quantises its activations: as the op chooses (kAuto: in the decode GEMM's
-// loads where scratch::fp8_act_fused, else by a separate launch), or always apart (kSeparate:
-// tests compare the two on the same inputs; it takes scratch the op's plan does not count).
-enum class Fp8ActQuant { kAuto, kSeparate };
-void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate,
-            Fp8ActQuant quant = Fp8ActQuant::kAuto);
-void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2,
-                 Fp8ActQuant quant = Fp8ActQuant::kAuto);
+void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
+void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2);
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
 void take_linear_workspace();
 void pad_block_scale(const Tensor& scale, Tensor& padded);
@@ -49,9 +43,9 @@ class SkinnyBf16Linears {
 };
 
 // Device scratch of one call: with an FP8 W, the quantised activations and their scales
-// (ops/scratch_sizes.h), unless the GEMM quantises them in its loads.
+// (ops/scratch_sizes.h).
 inline ScratchPlan linear_scratch(const Tensor& x, const Tensor& w) {
-  if (w.dtype() != DType::kFP8E4M3 || scratch::fp8_act_fused(x.dim(0))) return {};
+  if (w.dtype() != DType::kFP8E4M3) return {};
   return {{{scratch::fp8_act_bytes(x.dim(0), w.dim(1)), DType::kFP8E4M3, MemTag::kWorkspace}}};
 }
 

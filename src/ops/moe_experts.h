@@ -3,9 +3,8 @@
 // down), each expert's rows read from the device-side offsets, so a step never waits on the
 // host for expert counts and launches no per-expert work. Steps of up to
 // scratch::kMoeSkinnyMaxPairs rows run a batch-invariant skinny kernel, larger ones (prefill) a
-// tensor-core (wgmma) kernel. Rows are quantised to e4m3 per token group of 128 on the way, as
-// ops::linear does for FP8 weights: by the skinny kernel in its loads, before the tensor-core
-// kernel by a launch of their own.
+// tensor-core (wgmma) kernel. Rows are quantised to e4m3 per token
+// group of 128 on the way, as ops::linear does for FP8 weights.
 #pragma once
 
 #include <utility>
@@ -34,10 +33,8 @@ struct ExpertShapes {
 
 namespace cuda {
 // Which grouped kernel runs: by the step's rows (kAuto, what the op does), or one forced (tests
-// compare them on the same rows): the skinny kernel quantising its inputs in its loads, or
-// after separate quantisation launches (kSkinnySeparateQuant, with scratch the op's plan does
-// not count), or the tensor-core kernel.
-enum class ExpertKernel { kAuto, kSkinny, kSkinnySeparateQuant, kTensorCores };
+// compare the two on the same rows).
+enum class ExpertKernel { kAuto, kSkinny, kTensorCores };
 void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
                      const ExpertShapes& s, Tensor& h, Tensor& y,
                      ExpertKernel kernel = ExpertKernel::kAuto);
@@ -83,12 +80,11 @@ inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor
                        y.device().str());
   moe_experts_fp8_contract(x, offsets, table, s, h, y);
   if (is_meta(y)) {
-    const int64_t R = x.dim(0);
-    if (R > 0)
-      trace_scratch(y, {{{scratch::moe_experts_fp8_bytes(R, s.hidden, s.inter, offsets.numel() - 1,
-                                                         scratch::moe_experts_skinny(R)),
-                          DType::kFP8E4M3, MemTag::kWorkspace},
-                         {}}});
+    if (x.dim(0) > 0)
+      trace_scratch(
+          y, {{{scratch::moe_experts_fp8_bytes(x.dim(0), s.hidden, s.inter, offsets.numel() - 1),
+                DType::kFP8E4M3, MemTag::kWorkspace},
+               {}}});
     return;
   }
 #ifdef MLASERVE_CUDA

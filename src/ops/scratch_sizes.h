@@ -111,12 +111,6 @@ constexpr int64_t fp8_act_bytes(int64_t T, int64_t K) {
 constexpr bool fp8_cublaslt_tokens(int64_t T) {
   return T > 32 || (T > 8 && T % 4 == 0);
 }
-// Which FP8 linears quantise their activations inside our skinny GEMM's loads, with no
-// quantisation launch and no scratch: the token counts our kernel takes whole in one 8-token
-// MMA tile (decode batches; ops/cuda/fp8_quant_kernels.h). The op and its scratch plan both ask.
-constexpr bool fp8_act_fused(int64_t T) {
-  return T <= 8 && !fp8_cublaslt_tokens(T);
-}
 
 // --- MoE alignment --------------------------------------------------------------------------
 // One CTA groups small batches in shared memory; larger ones keep per-chunk expert counts.
@@ -146,21 +140,13 @@ constexpr int64_t moe_align_ints(int64_t pairs, int E) {
 
 // --- Grouped FP8 experts (ops/moe_experts.h) ----------------------------------------------
 // Steps of at most this many (token, expert) pairs run the grouped experts' skinny kernel, batch
-// invariant (decode batches up to 256 at top-8), which quantises its inputs in its loads; larger
-// steps (prefill) the tensor-core one, after a quantisation launch per projection.
+// invariant (decode batches up to 256 at top-8); larger steps (prefill) the tensor-core one.
 inline constexpr int64_t kMoeSkinnyMaxPairs = 2048;
-constexpr bool moe_experts_skinny(int64_t pairs) {
-  return pairs <= kMoeSkinnyMaxPairs;
-}
-// Quantised apart (!fused): the pairs' quantised activations (hidden wide), then the SwiGLU
-// output's (intermediate wide), each region 256-byte aligned; then, always, the active-expert
-// list (E + 1 ints). The op passes fused = moe_experts_skinny(pairs).
-constexpr int64_t moe_experts_fp8_bytes(int64_t pairs, int64_t hidden, int64_t inter, int64_t E,
-                                        bool fused) {
-  const int64_t acts = fused ? 0
-                             : round_up(fp8_act_bytes(pairs, hidden), 256) +
-                                   round_up(fp8_act_bytes(pairs, inter), 256);
-  return acts + 4 * (E + 1);
+// The pairs' quantised activations (hidden wide), then the SwiGLU output's (intermediate wide),
+// each region 256-byte aligned, then the active-expert list (E + 1 ints).
+constexpr int64_t moe_experts_fp8_bytes(int64_t pairs, int64_t hidden, int64_t inter, int64_t E) {
+  return round_up(fp8_act_bytes(pairs, hidden), 256) + round_up(fp8_act_bytes(pairs, inter), 256) +
+         4 * (E + 1);
 }
 
 // --- sampling -------------------------------------------------------------------------------

@@ -98,27 +98,5 @@ TEST(SampleSplits, FewRowsFillTheGpuWideCallsAreNotSplit) {
   EXPECT_EQ(sample_greedy_splits(kSampleTargetCtas, 154880), 1);
 }
 
-// Decode batches (one 8-token tile of our FP8 kernel, which takes every token of theirs) quantise
-// their activations in the GEMM's loads; every count with a cuBLASLt part keeps the separate
-// quantisation.
-TEST(Fp8ActQuantisation, FusedExactlyForDecodeBatches) {
-  for (int64_t T = 0; T <= 300; ++T) {
-    SCOPED_TRACE(testing::Message() << "T " << T);
-    EXPECT_EQ(fp8_act_fused(T), T <= 8);
-    EXPECT_FALSE(fp8_cublaslt_tokens(T) && fp8_act_fused(T));
-  }
-}
-
-// The grouped experts' scratch: the skinny kernel (decode) quantises in its loads and takes the
-// active-expert list alone; quantised apart, both projections' activations come first.
-TEST(Fp8ActQuantisation, GroupedExpertsScratch) {
-  EXPECT_TRUE(moe_experts_skinny(kMoeSkinnyMaxPairs));
-  EXPECT_FALSE(moe_experts_skinny(kMoeSkinnyMaxPairs + 1));
-  EXPECT_EQ(moe_experts_fp8_bytes(8, 6144, 2048, 256, true), 4 * 257);
-  EXPECT_EQ(
-      moe_experts_fp8_bytes(8, 6144, 2048, 256, false),
-      round_up(fp8_act_bytes(8, 6144), 256) + round_up(fp8_act_bytes(8, 2048), 256) + 4 * 257);
-}
-
 }  // namespace
 }  // namespace mls::ops::scratch

@@ -1,9 +1,9 @@
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <limits>
 
-#include "ops/cuda/fp8_act_quant.cuh"
 #include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
@@ -50,12 +50,22 @@ __global__ void quantize_fp8_act_kernel(const __nv_bfloat16* __restrict__ x, int
     if (kb >= KB) break;
     float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) amax = fp8_absmax(amax, v[g][i]);
-    const float scale = fp8_group_scale<32>(amax);
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[g][i]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    // An all-zero group gets scale 1 so that q = x / scale stays 0 rather than NaN.
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
     const int64_t k0 = kb * 128 + lane * 4;
-    if (k0 < ldq)
-      *reinterpret_cast<uint32_t*>(q + t * ldq + k0) =
-          fp8_quant4(v[g][0], v[g][1], v[g][2], v[g][3], scale);
+    if (k0 < ldq) {
+      uint32_t packed = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        packed |=
+            static_cast<uint32_t>(__nv_cvt_float_to_fp8(v[g][i] / scale, __NV_SATFINITE, __NV_E4M3))
+            << (8 * i);
+      *reinterpret_cast<uint32_t*>(q + t * ldq + k0) = packed;
+    }
     if (lane == 0)
       s[t < t_lead ? kb * t_lead + t : KB * t_lead + kb * (T - t_lead) + (t - t_lead)] = scale;
   }
@@ -80,10 +90,7 @@ __global__ void pad_scale_rows_kernel(const float* __restrict__ src, int64_t row
 // Operands load straight from global memory, 16 contiguous bytes per lane: a dot product does
 // not care about K order, so the same lane-to-K permutation on both operands is exact.
 // Warps reduce through shared memory; with split-K the last CTA of a tile (arrival counter) sums
-// the fp32 partials in split order, so results are deterministic. Fused (args.x, one token
-// tile), the lanes load their token's bf16 instead and quantise each 128-group in registers
-// (fp8_act_quant.cuh) to the separate kernel's bits; every CTA of the grid repeats that work in
-// place of the quantisation launch.
+// the fp32 partials in split order, so results are deterministic.
 
 constexpr int kWarps = 8;
 
@@ -122,7 +129,7 @@ struct SkinnySplit {
   int ksplit[2];
 };
 
-template <int NT, bool kVecW, bool kFused>
+template <int NT, bool kVecW>
 __global__ void __launch_bounds__(kWarps * 32)
     fp8_gemm_skinny_kernel(const Fp8GemmArgs a, const SkinnySplit sp) {
   pdl_begin();
@@ -156,18 +163,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     wrow[r] = o.w + (wok[r] ? row : 0) * a.K;
   }
   const uint8_t* xrow[NT];
-  const __nv_bfloat16* xbrow[NT];
   bool xok[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int64_t tok = tok0 + 8 * j + g;
     xok[j] = tok < a.T;
-    if constexpr (kFused)
-      xbrow[j] = static_cast<const __nv_bfloat16*>(a.x) + (xok[j] ? tok : 0) * a.ldx;
-    else
-      xrow[j] = a.xq + (xok[j] ? tok : 0) * a.ldq;
+    xrow[j] = a.xq + (xok[j] ? tok : 0) * a.ldq;
   }
-  const bool xvec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 8 == 0;
 
   float acc[NT][4];
 #pragma unroll
@@ -180,22 +182,19 @@ __global__ void __launch_bounds__(kWarps * 32)
     // read after the weights arrive would add a second memory latency per block.
     uint4 wv[kU][2][2];  // [u][row g / g + 8][half of the 128-wide block]
     uint4 xv[kU][NT][2];
-    uint32_t xb[kU][NT][2][8];  // fused: the bf16 behind xv
     float ws[kU], sx[kU][NT][2];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t kb = kb0 + u * kWarps;
       const bool kin = kb < kb_end;
       ws[u] = kin ? __ldg(sw_row + kb) : 0.0f;
-      if constexpr (!kFused) {
-        const float* xs = a.x_scale + kb * a.x_scale_ld;
+      const float* xs = a.x_scale + kb * a.x_scale_ld;
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          // C fragment columns: tokens 2·t4 and 2·t4 + 1 of tile j.
-          const int64_t c0 = tok0 + 8 * j + 2 * t4;
-          sx[u][j][0] = kin && c0 < a.T ? __ldg(xs + c0) : 0.0f;
-          sx[u][j][1] = kin && c0 + 1 < a.T ? __ldg(xs + c0 + 1) : 0.0f;
-        }
+      for (int j = 0; j < NT; ++j) {
+        // C fragment columns: tokens 2·t4 and 2·t4 + 1 of tile j.
+        const int64_t c0 = tok0 + 8 * j + 2 * t4;
+        sx[u][j][0] = kin && c0 < a.T ? __ldg(xs + c0) : 0.0f;
+        sx[u][j][1] = kin && c0 + 1 < a.T ? __ldg(xs + c0 + 1) : 0.0f;
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -203,31 +202,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int r = 0; r < 2; ++r) wv[u][r][h] = load16<kVecW>(wrow[r], k, a.K, kin && wok[r]);
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          if constexpr (kFused)
-            load_bf16x16(xbrow[j], k, a.K, kin && xok[j], xvec, xb[u][j][h]);
-          else
-            xv[u][j][h] = load16<true>(xrow[j], k, a.K, kin && xok[j]);
-        }
+        for (int j = 0; j < NT; ++j) xv[u][j][h] = load16<true>(xrow[j], k, a.K, kin && xok[j]);
       }
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t kb = kb0 + u * kWarps;
       if (kb >= kb_end) break;
-      if constexpr (kFused) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          // Quantised as the separate kernel does; token c's scale is in lanes 4c .. 4c + 3, and
-          // a missing token's is 0 as the separate path loads it.
-          const float scale = fp8_quant_group4(xb[u][j], xv[u][j]);
-          const float s0 = __shfl_sync(0xffffffffu, scale, 8 * t4);
-          const float s1 = __shfl_sync(0xffffffffu, scale, 8 * t4 + 4);
-          const int64_t c0 = tok0 + 8 * j + 2 * t4;
-          sx[u][j][0] = c0 < a.T ? s0 : 0.0f;
-          sx[u][j][1] = c0 + 1 < a.T ? s1 : 0.0f;
-        }
-      }
       float part[NT][4];
 #pragma unroll
       for (int j = 0; j < NT; ++j)
@@ -345,20 +326,10 @@ cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
                   static_cast<unsigned>(std::max(k0, k1)));
   const bool vec = a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.out[0].w) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out[1].w) % 16 == 0;
-  // Quantisation in the loads with one token tile only (launch_fp8_gemm_skinny checks).
-  if constexpr (NT == 1) {
-    if (a.x) {
-      if (vec)
-        launch(fp8_gemm_skinny_kernel<NT, true, true>, grid, kWarps * 32, 0, stream, a, sp);
-      else
-        launch(fp8_gemm_skinny_kernel<NT, false, true>, grid, kWarps * 32, 0, stream, a, sp);
-      return cudaGetLastError();
-    }
-  }
   if (vec)
-    launch(fp8_gemm_skinny_kernel<NT, true, false>, grid, kWarps * 32, 0, stream, a, sp);
+    launch(fp8_gemm_skinny_kernel<NT, true>, grid, kWarps * 32, 0, stream, a, sp);
   else
-    launch(fp8_gemm_skinny_kernel<NT, false, false>, grid, kWarps * 32, 0, stream, a, sp);
+    launch(fp8_gemm_skinny_kernel<NT, false>, grid, kWarps * 32, 0, stream, a, sp);
   return cudaGetLastError();
 }
 
@@ -387,11 +358,9 @@ cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, 
 
 cudaError_t launch_fp8_gemm_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
   if (a.T <= 0 || a.out[0].N <= 0) return cudaSuccess;
-  // One 8-token MMA column tile for decode batches up to 8 (the only one that quantises in its
-  // loads), else groups of 16 tokens (the groups of one row tile run side by side, so the
-  // weights come from L2 after the first).
+  // One 8-token MMA column tile for decode batches up to 8, else groups of 16 tokens (the
+  // groups of one row tile run side by side, so the weights come from L2 after the first).
   if (a.T <= 8) return launch_skinny<1>(a, stream);
-  if (a.x) return cudaErrorInvalidValue;
   return launch_skinny<2>(a, stream);
 }
 

@@ -1,7 +1,7 @@
 // Kernels behind the FP8 linear: per-token activation quantisation, the weight-scale padding
 // cuBLASLt's 128x128 block-scale mode needs, and our own block-scaled FP8 GEMM for few tokens
-// (decode, quantising the activations in its loads) and for the shapes cuBLASLt cannot run.
-// Plain launchers: raw pointers, the caller's stream, cudaGetLastError() after the launch.
+// (decode) and for the shapes cuBLASLt cannot run. Plain launchers: raw pointers, the caller's
+// stream, cudaGetLastError() after the launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,10 +41,6 @@ struct Fp8GemmArgs {
   const float* x_scale;
   int64_t x_scale_ld;
   int64_t K, T;
-  // bf16 activations [T, K] at row stride ldx instead of xq and x_scale (T <= 8): the kernel
-  // quantises them in its loads, to the bits launch_quantize_fp8_act writes.
-  const void* x = nullptr;
-  int64_t ldx = 0;
   bool accumulate;
   // Split-K scratch: fp32 partials and per-tile arrival counters that are zero on entry and are
   // left zero on exit (stream-ordered reuse).
@@ -57,8 +53,7 @@ struct Fp8GemmArgs {
 
 // y[t, n] (+)= Σ_kb sx[t, kb] · sw[n/128, kb] · Σ_{k in block kb} xq[t, k] · w[n, k], all in fp32,
 // bf16 out. w: e4m3 [N, K] contiguous; sw: f32 [ceil(N/128), ceil(K/128)] contiguous (the
-// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (x_scale at x_scale_ld), or
-// x quantised in the loads, with the same result bit for bit.
+// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (x_scale at x_scale_ld).
 cudaError_t launch_fp8_gemm_skinny(const Fp8GemmArgs& a, cudaStream_t stream);
 
 }  // namespace mls::ops::cuda::kernels

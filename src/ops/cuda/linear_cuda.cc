@@ -39,26 +39,18 @@ void zero_rows(Tensor& y, int64_t rows, int64_t cols) {
 // One or two block-FP8 weights of the same input (n = 1 or 2): the input is quantised once and
 // each output computed as a linear of its own weight alone computes it (bitwise; if cuBLASLt
 // had an algorithm for one weight's shape and not the other's, both take our kernel).
-void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n, bool accumulate,
-                Fp8ActQuant quant) {
+void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n, bool accumulate) {
   const int64_t T = x.dim(0), K = w[0]->dim(1);
   const int64_t KB = (K + 127) / 128, ldq = scratch::round_up(K, 16);
   const cudaStream_t stream = mls::cuda::stream();
-  // Decode: our kernel takes every token and quantises them in its loads (bit for bit as the
-  // separate launch does), saving that launch (~5 µs, latency-bound) and its scratch.
-  const bool fused = quant == Fp8ActQuant::kAuto && scratch::fp8_act_fused(T);
+  Allocator& alloc = mls::cuda::allocator();
   // The scratch of ops::linear_scratch. The quantised activations and their scales share one
   // allocation (the scales 16-byte aligned after the e4m3 rows, whose stride is a multiple of
   // 16).
-  Tensor qbuf;
-  uint8_t* q = nullptr;
-  float* xs = nullptr;
-  if (!fused) {
-    qbuf = Tensor::empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3, MemTag::kWorkspace,
-                         mls::cuda::allocator());
-    q = qbuf.data<uint8_t>();
-    xs = reinterpret_cast<float*>(q + T * ldq);
-  }
+  Tensor qbuf =
+      Tensor::empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3, MemTag::kWorkspace, alloc);
+  uint8_t* q = qbuf.data<uint8_t>();
+  float* xs = reinterpret_cast<float*>(q + T * ldq);
 
   // cuBLASLt's block-scaled GEMM (weights BLK128x128, activations VEC128) needs whole 128-wide
   // K blocks and a token count divisible by 4 (it has no algorithm otherwise): it takes the
@@ -95,23 +87,20 @@ void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n
   // that is not a multiple of 4 costs the cuBLASLt route a second weight pass for the tail,
   // which only pays past 32 tokens).
   const int64_t t_lead = lt ? p[0].m : 0;
-  if (!fused)
-    mls::cuda::check(
-        kernels::launch_quantize_fp8_act(x.raw(), lead(x, T, K), T, K, ldq, t_lead, q, xs, stream),
-        "linear: FP8 activation quantisation");
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(x.raw(), lead(x, T, K), T, K, ldq, t_lead, q, xs, stream),
+      "linear: FP8 activation quantisation");
   if (t_lead > 0)
     for (int i = 0; i < n; ++i) lt_linear(p[i]);
   if (t_lead == T) return;
   const GemmScratch scratch = gemm_scratch();
   kernels::Fp8GemmArgs a{.out = {},
-                         .xq = fused ? nullptr : q + t_lead * ldq,
+                         .xq = q + t_lead * ldq,
                          .ldq = ldq,
-                         .x_scale = fused ? nullptr : xs + KB * t_lead,
+                         .x_scale = xs + KB * t_lead,
                          .x_scale_ld = T - t_lead,
                          .K = K,
                          .T = T - t_lead,
-                         .x = fused ? x.raw() : nullptr,
-                         .ldx = lead(x, T, K),
                          .accumulate = accumulate,
                          .partial = scratch.partial,
                          .partial_bytes = scratch.partial_bytes,
@@ -147,7 +136,7 @@ void pad_block_scale(const Tensor& scale, Tensor& padded) {
       "pad FP8 weight scales");
 }
 
-void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, Fp8ActQuant quant) {
+void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const bool fp8 = w.dtype() == DType::kFP8E4M3;
   check_devices("linear", y);
   const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
@@ -159,7 +148,7 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, Fp8Act
   if (fp8) {
     const Tensor* ws[] = {&w};
     Tensor* ys[] = {&y};
-    return linear_fp8(x, ws, ys, 1, accumulate, quant);
+    return linear_fp8(x, ws, ys, 1, accumulate);
   }
   // Few tokens on a small weight, where the model allows it (ops::skinny_bf16_linears_on): the
   // streaming kernel (bf16_gemv_kernels.h says where it wins).
@@ -190,17 +179,16 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, Fp8Act
              .accumulate = accumulate});
 }
 
-void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2,
-                 Fp8ActQuant quant) {
+void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2) {
   check_devices("linear_pair", y1);
   if (w1.dtype() != DType::kFP8E4M3 || w2.dtype() != DType::kFP8E4M3 || x.dim(0) == 0 ||
       x.dim(1) == 0 || w1.dim(0) == 0 || w2.dim(0) == 0) {
-    linear(x, w1, y1, false, quant);
-    return linear(x, w2, y2, false, quant);
+    linear(x, w1, y1, false);
+    return linear(x, w2, y2, false);
   }
   const Tensor* ws[] = {&w1, &w2};
   Tensor* ys[] = {&y1, &y2};
-  linear_fp8(x, ws, ys, 2, false, quant);
+  linear_fp8(x, ws, ys, 2, false);
 }
 
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {

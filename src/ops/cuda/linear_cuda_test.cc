@@ -20,7 +20,6 @@
 #include "ops/cuda/cublaslt_gemm.h"
 #include "ops/cuda/test_util.h"
 #include "ops/linear.h"
-#include "ops/scratch_sizes.h"
 
 namespace mls::ops::test {
 namespace {
@@ -280,76 +279,6 @@ TEST(LinearCuda, PairEqualsTwoLinears) {
     for (const auto& [got, want] : {std::pair{&a1, &b1}, std::pair{&a2, &b2}}) {
       const Tensor g = to_cpu(*got), w = to_cpu(*want);
       EXPECT_EQ(std::memcmp(g.raw(), w.raw(), g.nbytes()), 0);
-    }
-  }
-}
-
-// x [T, K] on the GPU, either contiguous or a column window starting one element into wider rows
-// (rows not 16-byte aligned: the fused quantisation's scalar loads).
-Tensor upload_x(const Tensor& x, bool misaligned) {
-  if (!misaligned) return to_gpu(x);
-  const int64_t T = x.dim(0), K = x.dim(1);
-  Tensor wide = random_cpu({T, K + 2}, 17);
-  for (int64_t i = 0; i < T; ++i)
-    std::memcpy(f(wide) + i * (K + 2) + 1, f(x) + i * K, K * sizeof(float));
-  return to_gpu(wide).narrow(1, 1, K);
-}
-
-void expect_same_bits(const Tensor& got, const Tensor& want) {
-  const Tensor g = to_cpu(got), w = to_cpu(want);
-  EXPECT_EQ(std::memcmp(g.raw(), w.raw(), g.nbytes()), 0);
-}
-
-// Decode batches (scratch::fp8_act_fused) quantise the activations in the GEMM's loads: bit for
-// bit what the separate quantisation launch and the same GEMM give, at every such T, K the
-// model's widths (6144, 2048, 16384), not a multiple of 128 (7232) or of 16 (1000: scalar
-// loads), N with split-K (2048) and wide (24576), x rows not 16-byte aligned, accumulating, and
-// fp8_edge_activations' groups. The fused call takes no scratch, as ops::linear_scratch plans.
-TEST(LinearCuda, Fp8FusedQuantisationEqualsSeparate) {
-  MLS_REQUIRE_GPU();
-  ops::take_linear_workspace(Device::cuda(::mls::cuda::device()));
-  uint32_t seed = 400;
-  for (const int64_t K : {6144, 2048, 16384, 7232, 1000})
-    for (const int64_t N : {2048, 24576}) {
-      const Tensor w = test::random_fp8_weight(N, K, seed++);
-      for (const int64_t T : {1, 2, 3, 5, 8}) {
-        const bool misaligned = T == 3 || T == 5, accumulate = T == 5;
-        SCOPED_TRACE(testing::Message() << "T " << T << " K " << K << " N " << N << " misaligned "
-                                        << misaligned << " acc " << accumulate);
-        ASSERT_TRUE(scratch::fp8_act_fused(T));
-        const Tensor x = upload_x(test::fp8_edge_activations(T, K, seed++), misaligned);
-        const Tensor y0 = random_cpu({T, N}, seed++);
-        Tensor fused = to_gpu(y0), separate = to_gpu(y0);
-        EXPECT_EQ(ops::linear_scratch(x, w)[0].elems, 0);
-        EXPECT_EQ(test::workspace_peak([&] { ops::linear(x, w, fused, accumulate); }), 0);
-        EXPECT_EQ(test::workspace_peak([&] {
-                    cuda::linear(x, w, separate, accumulate, cuda::Fp8ActQuant::kSeparate);
-                  }),
-                  scratch::fp8_act_bytes(T, K));
-        expect_same_bits(fused, separate);
-      }
-    }
-}
-
-// The same for two weights of one input (ops::linear_pair: one launch for both), the pair's
-// widths q_b-like 24576 and 2048 rows.
-TEST(LinearCuda, Fp8PairFusedQuantisationEqualsSeparate) {
-  MLS_REQUIRE_GPU();
-  uint32_t seed = 500;
-  for (const int64_t K : {2048, 7232}) {
-    const Tensor w1 = test::random_fp8_weight(24576, K, seed++);
-    const Tensor w2 = test::random_fp8_weight(2048, K, seed++);
-    for (const int64_t T : {1, 2, 3, 5, 8}) {
-      SCOPED_TRACE(testing::Message() << "T " << T << " K " << K);
-      const Tensor x = upload_x(test::fp8_edge_activations(T, K, seed++), T == 3);
-      const auto out = [&](int64_t n) {
-        return Tensor::empty({T, n}, DType::kBF16, MemTag::kActivation, gpu());
-      };
-      Tensor a1 = out(24576), a2 = out(2048), b1 = out(24576), b2 = out(2048);
-      ops::linear_pair(x, w1, a1, w2, a2);
-      cuda::linear_pair(x, w1, b1, w2, b2, cuda::Fp8ActQuant::kSeparate);
-      expect_same_bits(a1, b1);
-      expect_same_bits(a2, b2);
     }
   }
 }

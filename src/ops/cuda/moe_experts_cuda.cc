@@ -17,38 +17,31 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
                        kernels::kMoeMaxExperts);
   if (R == 0) return;
   const cudaStream_t stream = mls::cuda::stream();
-  // Few rows per expert (decode): the skinny kernel over the active experts, quantising its
-  // inputs in its loads; many: tensor cores, after a quantisation launch per projection.
-  const bool skinny = kernel == ExpertKernel::kAuto ? scratch::moe_experts_skinny(R)
-                                                    : kernel != ExpertKernel::kTensorCores;
-  const bool fused = skinny && kernel != ExpertKernel::kSkinnySeparateQuant;
   // The scratch of scratch::moe_experts_fp8_bytes, in its order.
-  Tensor buf = Tensor::empty({scratch::moe_experts_fp8_bytes(R, H, I, E, fused)}, DType::kFP8E4M3,
+  Tensor buf = Tensor::empty({scratch::moe_experts_fp8_bytes(R, H, I, E)}, DType::kFP8E4M3,
                              MemTag::kWorkspace, mls::cuda::allocator());
   uint8_t* base = buf.data<uint8_t>();
   const int64_t ldx = scratch::round_up(H, 16), ldh = scratch::round_up(I, 16);
-  uint8_t *xq = nullptr, *hq = nullptr;
-  float *xs = nullptr, *hs = nullptr;
-  auto* active = reinterpret_cast<int32_t*>(base);
-  if (!fused) {
-    xq = base;
-    xs = reinterpret_cast<float*>(xq + R * ldx);
-    hq = base + scratch::round_up(scratch::fp8_act_bytes(R, H), 256);
-    hs = reinterpret_cast<float*>(hq + R * ldh);
-    active = reinterpret_cast<int32_t*>(hq + scratch::round_up(scratch::fp8_act_bytes(R, I), 256));
-  }
+  uint8_t* xq = base;
+  float* xs = reinterpret_cast<float*>(xq + R * ldx);
+  uint8_t* hq = base + scratch::round_up(scratch::fp8_act_bytes(R, H), 256);
+  float* hs = reinterpret_cast<float*>(hq + R * ldh);
+  auto* active =
+      reinterpret_cast<int32_t*>(hq + scratch::round_up(scratch::fp8_act_bytes(R, I), 256));
   const auto* rows = table.data<int64_t>();
   const auto* addr = reinterpret_cast<const uint64_t*>(rows);
   const int max_active = static_cast<int>(std::min<int64_t>(E, R));
 
+  // Few rows per expert (decode): the skinny kernel over the active experts; many: tensor cores.
+  const bool skinny = kernel == ExpertKernel::kAuto ? R <= scratch::kMoeSkinnyMaxPairs
+                                                    : kernel == ExpertKernel::kSkinny;
   if (skinny)
     mls::cuda::check(kernels::launch_moe_active_experts(offsets.data<int32_t>(),
                                                         static_cast<int>(E), active, stream),
                      "moe_experts_fp8: active experts");
-  if (!fused)
-    mls::cuda::check(
-        kernels::launch_quantize_fp8_act(x.raw(), x.stride(0), R, H, ldx, R, xq, xs, stream),
-        "moe_experts_fp8: quantise rows");
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(x.raw(), x.stride(0), R, H, ldx, R, xq, xs, stream),
+      "moe_experts_fp8: quantise rows");
   kernels::MoeFp8GemmArgs a{.w1 = addr + kGate * E,
                             .s1 = addr + kGateScale * E,
                             .w2 = addr + kUp * E,
@@ -58,8 +51,6 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
                             .ldq = ldx,
                             .x_scale = xs,
                             .x_scale_ld = R,
-                            .x = fused ? x.raw() : nullptr,
-                            .ldx = x.stride(0),
                             .offsets = offsets.data<int32_t>(),
                             .active = active,
                             .max_active = max_active,
@@ -72,10 +63,9 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
                             .gated = true};
   const auto gemm = skinny ? kernels::launch_moe_fp8_gemm : kernels::launch_moe_fp8_gemm_tc;
   mls::cuda::check(gemm(a, stream), "moe_experts_fp8: gate and up");
-  if (!fused)
-    mls::cuda::check(
-        kernels::launch_quantize_fp8_act(h.raw(), h.stride(0), R, I, ldh, R, hq, hs, stream),
-        "moe_experts_fp8: quantise SwiGLU outputs");
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(h.raw(), h.stride(0), R, I, ldh, R, hq, hs, stream),
+      "moe_experts_fp8: quantise SwiGLU outputs");
   a.w1 = addr + kDown * E;
   a.s1 = addr + kDownScale * E;
   a.w2 = nullptr;
@@ -84,8 +74,6 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
   a.xq = hq;
   a.ldq = ldh;
   a.x_scale = hs;
-  a.x = fused ? h.raw() : nullptr;
-  a.ldx = h.stride(0);
   a.y = y.raw();
   a.ldy = y.stride(0);
   a.N = H;

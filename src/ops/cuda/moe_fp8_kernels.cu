@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "ops/cuda/fp8_act_quant.cuh"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
 #include "ops/cuda/moe_fp8_kernels.h"
@@ -46,9 +45,7 @@ __global__ void moe_active_experts_kernel(const int32_t* __restrict__ offsets, i
 // mma.sync m16n8k32 e4m3 (weights as A, rows as B) for each of its kMT 16-row weight tiles
 // against one load of the rows, each block's fp32 partial scaled by sw · sx (DeepSeek's
 // promotion per 128 K), its warps summed in warp order through shared memory. No split-K: a
-// row's sums never depend on the grid, the pass count or the step. Fused (args.x), a warp loads
-// its rows' bf16 and quantises each 128-group in registers (fp8_act_quant.cuh) to the separate
-// kernel's bits; every CTA of a row repeats that work in place of the quantisation launch.
+// row's sums never depend on the grid, the pass count or the step.
 
 constexpr int kWarps = 8;
 constexpr int kMT = 2;  // 16-row weight tiles per warp, against one load of the rows
@@ -63,7 +60,7 @@ __device__ __forceinline__ uint4 load16(const uint8_t* row, int64_t k, int64_t K
   return __ldg(reinterpret_cast<const uint4*>(row + k));
 }
 
-template <bool kGated, bool kFused>
+template <bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     moe_fp8_gemm_kernel(const MoeFp8GemmArgs a, int passes) {
   pdl_begin();
@@ -98,13 +95,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
   }
 
-  const bool xvec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 8 == 0;
   for (int64_t tok0 = r_begin; tok0 < r_end; tok0 += 8 * static_cast<int64_t>(passes)) {
     const int64_t tok = tok0 + g;  // this lane's row (B column g)
     const bool xok = tok < r_end;
-    const uint8_t* xrow = kFused ? nullptr : a.xq + (xok ? tok : 0) * a.ldq;
-    const __nv_bfloat16* xbrow =
-        kFused ? static_cast<const __nv_bfloat16*>(a.x) + (xok ? tok : 0) * a.ldx : nullptr;
+    const uint8_t* xrow = a.xq + (xok ? tok : 0) * a.ldq;
     // C fragment columns: rows 2·t4 and 2·t4 + 1 of the tile.
     const int64_t c0 = tok0 + 2 * t4;
     float acc[kMT][4];
@@ -118,13 +112,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       // read after the weights arrive would add a second memory latency per block.
       uint4 wv[kMT][2][2];  // [tile][row g / g + 8][half of the 128-wide block]
       uint4 xv[2];
-      uint32_t xb[2][8];  // fused: the bf16 behind xv
-      float ws[kMT], sx0 = 0.0f, sx1 = 0.0f;
-      if constexpr (!kFused) {
-        const float* xs = a.x_scale + kb * a.x_scale_ld;
-        sx0 = c0 < r_end ? __ldg(xs + c0) : 0.0f;
-        sx1 = c0 + 1 < r_end ? __ldg(xs + c0 + 1) : 0.0f;
-      }
+      float ws[kMT];
+      const float* xs = a.x_scale + kb * a.x_scale_ld;
+      const float sx0 = c0 < r_end ? __ldg(xs + c0) : 0.0f;
+      const float sx1 = c0 + 1 < r_end ? __ldg(xs + c0 + 1) : 0.0f;
 #pragma unroll
       for (int i = 0; i < kMT; ++i) ws[i] = __ldg(sw_row[i] + kb);
 #pragma unroll
@@ -134,19 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         for (int i = 0; i < kMT; ++i)
 #pragma unroll
           for (int r = 0; r < 2; ++r) wv[i][r][h] = load16(wrow[i][r], k, a.K, wok[i][r]);
-        if constexpr (kFused)
-          load_bf16x16(xbrow, k, a.K, xok, xvec, xb[h]);
-        else
-          xv[h] = load16(xrow, k, a.K, xok);
-      }
-      if constexpr (kFused) {
-        // Row c's scale is in lanes 4c .. 4c + 3; a missing row's is 0 as the separate path
-        // loads it.
-        const float scale = fp8_quant_group4(xb, xv);
-        const float s0 = __shfl_sync(0xffffffffu, scale, 8 * t4);
-        const float s1 = __shfl_sync(0xffffffffu, scale, 8 * t4 + 4);
-        sx0 = c0 < r_end ? s0 : 0.0f;
-        sx1 = c0 + 1 < r_end ? s1 : 0.0f;
+        xv[h] = load16(xrow, k, a.K, xok);
       }
 #pragma unroll
       for (int i = 0; i < kMT; ++i) {
@@ -222,14 +201,10 @@ cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream) {
   if (ctas > std::numeric_limits<int>::max() || a.max_active > 65535 || a.K % 16 != 0)
     return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.max_active));
-  if (a.gated && a.x)
-    launch(moe_fp8_gemm_kernel<true, true>, grid, kWarps * 32, 0, stream, a, passes);
-  else if (a.gated)
-    launch(moe_fp8_gemm_kernel<true, false>, grid, kWarps * 32, 0, stream, a, passes);
-  else if (a.x)
-    launch(moe_fp8_gemm_kernel<false, true>, grid, kWarps * 32, 0, stream, a, passes);
+  if (a.gated)
+    launch(moe_fp8_gemm_kernel<true>, grid, kWarps * 32, 0, stream, a, passes);
   else
-    launch(moe_fp8_gemm_kernel<false, false>, grid, kWarps * 32, 0, stream, a, passes);
+    launch(moe_fp8_gemm_kernel<false>, grid, kWarps * 32, 0, stream, a, passes);
   return cudaGetLastError();
 }
 

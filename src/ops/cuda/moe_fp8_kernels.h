@@ -22,8 +22,7 @@ cudaError_t launch_moe_active_experts(const int32_t* offsets, int E, int32_t* ac
 //   gated:  silu(the same with w1_e) · (the same with w2_e)   (SwiGLU: w1 gate, w2 up)
 // fp32 throughout, bf16 out. w*_e: e4m3 [N, K] contiguous at the address table[e]; s*_e: f32
 // block scales [ceil(N/128), ·] with row stride sw_ld. xq/x_scale as written by
-// launch_quantize_fp8_act with t_lead = the number of rows (x_scale[kb · x_scale_ld + r]), or
-// (skinny kernel only) the bf16 rows x, which it quantises in its loads to the same bits.
+// launch_quantize_fp8_act with t_lead = the number of rows (x_scale[kb · x_scale_ld + r]).
 // A row's result depends on that row alone (batch invariant).
 struct MoeFp8GemmArgs {
   const uint64_t* w1;
@@ -35,9 +34,6 @@ struct MoeFp8GemmArgs {
   int64_t ldq;
   const float* x_scale;
   int64_t x_scale_ld;
-  // Set: bf16 rows [rows, K] at row stride ldx, quantised in the loads (xq, x_scale unused).
-  const void* x = nullptr;
-  int64_t ldx = 0;
   const int32_t* offsets;
   const int32_t* active;  // from launch_moe_active_experts
   int max_active;         // host bound on active[0]: min(E, rows)
@@ -59,8 +55,8 @@ struct MoeFp8GemmArgs {
 cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
 // The same on the tensor cores (sm_90a wgmma): 128-row tiles of each expert's rows, a
 // persistent grid of one CTA per SM. Ignores `active`, `max_active` and `passes`; needs
-// E <= kMoeMaxExperts, ldq % 16 == 0 and xq (not x). Not bitwise equal to launch_moe_fp8_gemm (fp32
-// sums inside a 128-wide K block come in the tensor core's order).
+// E <= kMoeMaxExperts and ldq % 16 == 0. Not bitwise equal to launch_moe_fp8_gemm (fp32 sums
+// inside a 128-wide K block come in the tensor core's order).
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream);
 
 }  // namespace mls::ops::cuda::kernels

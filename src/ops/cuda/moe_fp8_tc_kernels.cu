@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8Gem
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.N <= 0) return cudaSuccess;
   if (a.experts <= 0 || a.experts > kMoeMaxExperts || a.K % 16 != 0 || a.N % 2 != 0 ||
-      a.ldq % 16 != 0 || a.ldy % 2 != 0 || a.x)
+      a.ldq % 16 != 0 || a.ldy % 2 != 0)
     return cudaErrorInvalidValue;
   int dev = 0;
   DeviceFacts f;

@@ -24,26 +24,16 @@
 #include <string>
 #include <vector>
 
+#include "cuda_bench_util.h"
 #include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/cuda/moe_fp8_kernels.h"
 
 namespace {
 
 namespace k = mls::ops::cuda::kernels;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-template <typename T>
-T* device_alloc(size_t count) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
-  return static_cast<T*>(p);
-}
+using mls::bench::check;
+using mls::bench::device_alloc;
+using mls::bench::time_graph;
 
 // Bytes of e4m3 values spread over [-2, 2] (no NaN encodings), filled on the host once.
 void fill_fp8(uint8_t* dst, size_t bytes) {
@@ -62,36 +52,6 @@ void fill_f32(float* dst, size_t count, float value) {
   std::mt19937 g(5);
   for (auto& v : host) v = value * (0.5f + static_cast<float>(g() % 1024) / 1024.0f);
   check(cudaMemcpy(dst, host.data(), count * sizeof(float), cudaMemcpyHostToDevice), "fill");
-}
-
-// µs per launch of `launch(i)` (i = 0 .. iters - 1) captured into one graph and replayed.
-double time_graph(cudaStream_t stream, int iters, const std::function<void(int)>& launch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < iters; ++i) launch(i);
-  check(cudaStreamEndCapture(stream, &graph), "end capture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  check(cudaGraphLaunch(exec, stream), "warm-up");
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  float best = 1e30f;
-  for (int rep = 0; rep < 3; ++rep) {
-    check(cudaEventRecord(a, stream), "record");
-    check(cudaGraphLaunch(exec, stream), "replay");
-    check(cudaEventRecord(b, stream), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    best = std::min(best, ms);
-  }
-  check(cudaGetLastError(), "kernels");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return best * 1e3 / iters;
 }
 
 constexpr double kFloorTBs = 4.8;

@@ -228,17 +228,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("attention_benchmark: no CUDA device here, nothing measured\n");
-    return 0;
-  }
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "properties");
-  std::printf("%s, %d SMs, %d graph-captured launches per figure\n", prop.name,
-              prop.multiProcessorCount, iters);
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  const cudaStream_t stream = mls::bench::open_device("attention_benchmark", iters);
+  if (!stream) return 0;
 
   {
     std::vector<int32_t> pos(8192), seq(8192, 0);

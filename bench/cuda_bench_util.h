@@ -56,4 +56,21 @@ inline double time_graph(cudaStream_t stream, int iters, const std::function<voi
   return best * 1e3 / iters;
 }
 
+// The stream of a benchmark on device 0 after a line naming the device, or null (with a line
+// saying so) where there is no CUDA device.
+inline cudaStream_t open_device(const char* bench, int iters) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("%s: no CUDA device here, nothing measured\n", bench);
+    return nullptr;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("%s, %d SMs, %d graph-captured launches per figure\n", prop.name,
+              prop.multiProcessorCount, iters);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  return stream;
+}
+
 }  // namespace mls::bench

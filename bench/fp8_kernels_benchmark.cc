@@ -311,18 +311,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("fp8_kernels_benchmark: no CUDA device here, nothing measured\n");
-    return 0;
-  }
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "properties");
-  std::printf("%s, %d SMs, %d graph-captured launches per figure\n", prop.name,
-              prop.multiProcessorCount, iters);
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  if (!experts_only) bench_skinny(stream, prop.multiProcessorCount, iters);
+  const cudaStream_t stream = mls::bench::open_device("fp8_kernels_benchmark", iters);
+  if (!stream) return 0;
+  int num_sms = 0;
+  check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
+  if (!experts_only) bench_skinny(stream, num_sms, iters);
   bench_experts(stream, std::max(1, iters / 5), batches);
   return 0;
 }

@@ -145,19 +145,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int h0 = blockIdx.z * HM;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
-  const int64_t seq = seq_of(p, t);
-  const int64_t nk = visible_keys(p, t);
-  const int64_t n_list = list_length(p, t, nk, seq);
-  const int64_t begin = split * keys_per_split;
-  const int64_t end = begin + keys_per_split < n_list ? begin + keys_per_split : n_list;
+  const auto [seq, nk, begin, end] = split_range(p, t, split, keys_per_split);
   const int ntiles = end > begin ? static_cast<int>((end - begin + kBN - 1) / kBN) : 0;
 
   if (splits > 1 && ntiles == 0) {  // nothing here: the combine skips this split
-    if (tid < HM && h0 + tid < p.H) {
-      float* ml = part_ml + ((static_cast<int64_t>(split) * p.T + t) * p.H + h0 + tid) * 2;
-      ml[0] = -INFINITY;
-      ml[1] = 0.0f;
-    }
+    if (tid < HM && h0 + tid < p.H) mark_split_empty(p, part_ml, split, t, h0 + tid);
     return;
   }
 

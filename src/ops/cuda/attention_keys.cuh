@@ -2,6 +2,7 @@
 // key positions a query sees and the row of k/v that holds each entry of its key list.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "ops/cuda/attention_kernels.h"
@@ -42,6 +43,30 @@ __device__ __forceinline__ int64_t entry_row(const AttentionParams& p, int t, in
   const int64_t b = p.block_tables[seq * p.bt_ld + blk];
   const int64_t row = b * p.block_size + (jj - blk * bs);
   return b >= 0 && row < p.num_rows ? row : -1;
+}
+
+// The entries [begin, end) of query t's key list that split `split` of a latent kernel's cut
+// covers (splits of keys_per_split entries), with what entry_row needs.
+struct SplitRange {
+  int64_t seq, nk, begin, end;
+};
+__device__ __forceinline__ SplitRange split_range(const AttentionParams& p, int t, int split,
+                                                  int64_t keys_per_split) {
+  SplitRange r;
+  r.seq = seq_of(p, t);
+  r.nk = visible_keys(p, t);
+  const int64_t n_list = list_length(p, t, r.nk, r.seq);
+  r.begin = split * keys_per_split;
+  r.end = r.begin + keys_per_split < n_list ? r.begin + keys_per_split : n_list;
+  return r;
+}
+
+// Marks head h of split `split` of query t as holding no key, for the combine kernel.
+__device__ __forceinline__ void mark_split_empty(const AttentionParams& p, float* part_ml,
+                                                 int split, int t, int h) {
+  float* ml = part_ml + ((static_cast<int64_t>(split) * p.T + t) * p.H + h) * 2;
+  ml[0] = -INFINITY;
+  ml[1] = 0.0f;
 }
 
 }  // namespace mls::ops::cuda::kernels

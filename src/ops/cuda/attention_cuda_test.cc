@@ -42,12 +42,12 @@ constexpr DType kI32 = DType::kI32;
 constexpr double kAttentionTol = 5e-3;
 
 Tensor host_ints(const std::vector<int32_t>& v, int64_t rows, int64_t cols) {
-  return ints_cpu(v).view({rows, cols});
+  return ids(v).view({rows, cols});
 }
 
 // Normal values rounded to bf16 on the host: what the GPU reads, exactly.
 Tensor bf16_values(const Shape& s, uint32_t seed, float scale = 1.0f) {
-  Tensor t = random_cpu(s, seed, scale);
+  Tensor t = random(s, seed, scale);
   for (int64_t i = 0; i < t.numel(); ++i)
     t.data<float>()[i] = bf16_to_f32(f32_to_bf16(t.data<float>()[i]));
   return t;
@@ -102,7 +102,7 @@ struct Pages {
   Pages(const Cache& c, const std::vector<int32_t>& seq, const std::vector<int32_t>& pos) {
     if (c.block_size == 0) return;
     bt_h = host_ints(c.table, c.num_seqs, c.max_blocks);
-    seq_h = ints_cpu(seq);
+    seq_h = ids(seq);
     bt_d = to_gpu(bt_h, kI32);
     seq_d = to_gpu(seq_h, kI32);
     const int64_t max_keys = *std::max_element(pos.begin(), pos.end()) + 1;
@@ -166,7 +166,7 @@ double run_attention(const AttnCase& c) {
   const Tensor k_h = bf16_values({cache.rows, Hk, c.Dk}, c.seed + 2);
   const bool alias = c.v_in_k && !c.expanded;
   const Tensor v_own = alias ? Tensor() : bf16_values({cache.rows, Hk, c.Dv}, c.seed + 3);
-  const Tensor q_pos_h = ints_cpu(pos);
+  const Tensor q_pos_h = ids(pos);
 
   std::mt19937 g(c.seed + 4);
   Tensor allowed_h, allowed_d;
@@ -489,7 +489,7 @@ void run_indexer(const IdxCase& c) {
   if (c.integer)
     for (int64_t i = 0; i < w_h.numel(); ++i) w_h.data<float>()[i] *= 0.5f;
   const float scale = c.integer ? 1.0f / 16 : 1.0f / std::sqrt(static_cast<float>(c.Di));
-  const Tensor q_pos_h = ints_cpu(pos), len_h = ints_cpu(len);
+  const Tensor q_pos_h = ids(pos), len_h = ids(len);
 
   Tensor ref = Tensor::empty({T, c.topk}, kI32, MemTag::kActivation);
   cpu::indexer_topk(q_h, k_h, w_h, q_pos_h, len_h, scale, pages.host, TopkTieOrder::kServing, ref);
@@ -705,7 +705,7 @@ TEST(CudaIndexer, TokenGroupScoresEqualOneTokenScores) {
     const Tensor q = to_gpu(bf16_values({T, c.Hi, c.Di}, c.seed + 1));
     const Tensor k = to_gpu(bf16_values({cache.rows, c.Di}, c.seed + 2));
     const Tensor w = to_gpu(bf16_values({T, c.Hi}, c.seed + 3, 0.2f), c.w_f32 ? DType::kF32 : kBF);
-    const Tensor q_pos = to_gpu(ints_cpu(pos), kI32), row_len = to_gpu(ints_cpu(len), kI32);
+    const Tensor q_pos = to_gpu(ids(pos), kI32), row_len = to_gpu(ids(len), kI32);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.Di));
     const int64_t bound = key_bound(pages.dev, cache.rows), ld = bound + 5;
     Tensor unwritten = Tensor::empty({T, ld}, DType::kF32, MemTag::kActivation);
@@ -821,7 +821,7 @@ TEST(CudaIndexer, TiesGoToLowerIndicesWhateverFollows) {
     }
     const std::vector<int32_t> seq(T, 0);
     const Pages pages(cache, seq, pos);
-    const Tensor pos_h = ints_cpu(pos), len_h = ints_cpu(len);
+    const Tensor pos_h = ids(pos), len_h = ids(len);
     Tensor ref = Tensor::empty({T, topk}, kI32, MemTag::kActivation);
     cpu::indexer_topk(q_h, k_all, w_h, pos_h, len_h, scale, pages.host, TopkTieOrder::kServing,
                       ref);

@@ -31,7 +31,7 @@ Tensor rows_of(const Tensor& t, int64_t t0, int64_t n) {
 Tensor gpu_linear(const Tensor& x, const Tensor& w_dev, const Tensor& y0, DType y_dtype,
                   bool accumulate, bool strided) {
   const int64_t T = x.dim(0), K = x.dim(1), pad = strided ? 16 : 0;
-  Tensor xw = random_cpu({T, K + pad}, 77);
+  Tensor xw = random({T, K + pad}, 77);
   for (int64_t t = 0; t < T; ++t)
     std::memcpy(xw.data<float>() + t * (K + pad) + pad / 2, x.data<float>() + t * K,
                 K * sizeof(float));
@@ -60,7 +60,7 @@ TEST(Bf16GemvCuda, MatchesTheCpuOp) {
   int cases = 0;
   for (int64_t K : {8, 6144})
     for (int64_t N : {1, 256, 1000}) {
-      const Tensor w = round_bf16(random_cpu({N, K}, seed++, 0.05f));
+      const Tensor w = round_bf16(random({N, K}, seed++, 0.05f));
       const Tensor w_dev = to_gpu(w);
       for (int64_t T = 1; T <= kernels::kBf16GemvMaxTokens; ++T) {
         // Output type, accumulation and a strided x in turn.
@@ -69,8 +69,8 @@ TEST(Bf16GemvCuda, MatchesTheCpuOp) {
         SCOPED_TRACE(testing::Message()
                      << "T " << T << " N " << N << " K " << K << " y " << dtype_name(y_dtype)
                      << " acc " << accumulate << " strided " << strided);
-        const Tensor x = round_bf16(random_cpu({T, K}, seed++));
-        Tensor y0 = random_cpu({T, N}, seed++);
+        const Tensor x = round_bf16(random({T, K}, seed++));
+        Tensor y0 = random({T, N}, seed++);
         if (y_dtype == DType::kBF16) y0 = round_bf16(y0);
         const Tensor got = gpu_linear(x, w_dev, y0, y_dtype, accumulate, strided);
         Tensor want = Tensor::empty({T, N}, DType::kF32, MemTag::kActivation);
@@ -87,18 +87,18 @@ TEST(Bf16GemvCuda, ATokensOutputIsTheSameAloneAndInABatch) {
   MLS_REQUIRE_GPU();
   const SkinnyBf16Linears on(true);
   const int64_t T = kernels::kBf16GemvMaxTokens, N = 256, K = 6144;  // the router's shape
-  const Tensor w_dev = to_gpu(round_bf16(random_cpu({N, K}, 3, 0.05f)));
-  const Tensor x = round_bf16(random_cpu({T, K}, 4));
+  const Tensor w_dev = to_gpu(round_bf16(random({N, K}, 3, 0.05f)));
+  const Tensor x = round_bf16(random({T, K}, 4));
   for (DType y_dtype : {DType::kF32, DType::kBF16}) {
     const Tensor batch =
-        gpu_linear(x, w_dev, random_cpu({T, N}, 5), y_dtype, /*accumulate=*/false, false);
+        gpu_linear(x, w_dev, random({T, N}, 5), y_dtype, /*accumulate=*/false, false);
     for (int64_t t = 0; t < T; ++t) {
       const Tensor alone =
-          gpu_linear(rows_of(x, t, 1), w_dev, random_cpu({1, N}, 6), y_dtype, false, false);
+          gpu_linear(rows_of(x, t, 1), w_dev, random({1, N}, 6), y_dtype, false, false);
       // Also as the second token of a pair (t paired with its neighbour).
       const int64_t t0 = t == 0 ? 0 : t - 1;
       const Tensor pair =
-          gpu_linear(rows_of(x, t0, 2), w_dev, random_cpu({2, N}, 7), y_dtype, false, true);
+          gpu_linear(rows_of(x, t0, 2), w_dev, random({2, N}, 7), y_dtype, false, true);
       for (int64_t n = 0; n < N; ++n) {
         ASSERT_EQ(alone.data<float>()[n], batch.data<float>()[t * N + n]) << "token " << t;
         ASSERT_EQ(pair.data<float>()[(t - t0) * N + n], batch.data<float>()[t * N + n])

@@ -35,7 +35,7 @@ Tensor positions(int64_t n) {
   static const std::vector<int32_t> kPos = {0, 1, 7, 4095, 4096, 65535, 163839, 12345, 3, 500};
   std::vector<int32_t> p(n);
   for (int64_t t = 0; t < n; ++t) p[t] = kPos[t % kPos.size()] + static_cast<int32_t>(t / 10);
-  return ints_cpu(p);
+  return ids(p);
 }
 
 // In order, spread backwards over a cache of 2n + 3 rows, every third token skipped and shuffled.
@@ -121,10 +121,10 @@ TEST(CudaCacheWrite, LatentEqualsComposedOpsBitwiseAndCpu) {
                        << (style == RopeStyle::kInterleaved ? ", interleaved" : ", half-split")
                        << ", slot[0] " << slot_list[0]);
           const RopeTable table(test::yarn_params(), static_cast<int>(d));
-          const Tensor a_h = random_cpu({n, lc.kv_offset + r + d + 16}, 1, 0.7f);
-          const Tensor w_h = random_cpu({r}, 2, 0.2f);
-          const Tensor cache_h = random_cpu({rows, r + d}, 3);
-          const Tensor pos_h = positions(n), slots_h = ints_cpu(slot_list);
+          const Tensor a_h = random({n, lc.kv_offset + r + d + 16}, 1, 0.7f);
+          const Tensor w_h = random({r}, 2, 0.2f);
+          const Tensor cache_h = random({rows, r + d}, 3);
+          const Tensor pos_h = positions(n), slots_h = ids(slot_list);
 
           const Tensor a = to_gpu(a_h, dt), kv = a.narrow(1, lc.kv_offset, r + d);
           const Tensor w = to_gpu(w_h, kF);
@@ -177,13 +177,13 @@ TEST(CudaCacheWrite, IndexerKeyEqualsComposedOpsBitwiseAndCpu) {
                          << ", slot[0] " << slot_list[0] << (dense ? ", dense key" : ""));
             const RopeTable table(test::yarn_params(), static_cast<int>(ic.d));
             // A mean away from zero exercises the centred variance.
-            Tensor proj_h = random_cpu({n, ic.x_offset + di + 16}, 4, 2.0f);
+            Tensor proj_h = random({n, ic.x_offset + di + 16}, 4, 2.0f);
             for (int64_t i = 0; i < proj_h.numel(); ++i) proj_h.data<float>()[i] += 3.0f;
-            Tensor w_h = random_cpu({di}, 5, 0.2f);
+            Tensor w_h = random({di}, 5, 0.2f);
             for (int64_t i = 0; i < di; ++i) w_h.data<float>()[i] += 1.0f;
-            const Tensor b_h = random_cpu({di}, 6, 0.1f);
-            const Tensor cache_h = random_cpu({rows, di}, 7);
-            const Tensor pos_h = positions(n), slots_h = ints_cpu(slot_list);
+            const Tensor b_h = random({di}, 6, 0.1f);
+            const Tensor cache_h = random({rows, di}, 7);
+            const Tensor pos_h = positions(n), slots_h = ids(slot_list);
 
             const Tensor proj = to_gpu(proj_h, dt), x = proj.narrow(1, ic.x_offset, di);
             const Tensor w = to_gpu(w_h, kF), b = to_gpu(b_h, kF);
@@ -221,13 +221,13 @@ TEST(CudaCacheWrite, IndexerKeyEqualsComposedOpsBitwiseAndCpu) {
 TEST(CudaCacheWrite, RejectsARotaryDimPastTheKernelsLimit) {
   MLS_REQUIRE_GPU();
   const RopeTable too_wide(RopeParamsF{}, 256);
-  const Tensor pos = to_gpu(ints_cpu({0, 1}), DType::kI32);
-  const Tensor slots = to_gpu(ints_cpu({0, 1}), DType::kI32);
-  const Tensor kv = dev_empty({2, 512 + 256}, kBF), w = to_gpu(random_cpu({512}, 1), kF);
+  const Tensor pos = to_gpu(ids({0, 1}), DType::kI32);
+  const Tensor slots = to_gpu(ids({0, 1}), DType::kI32);
+  const Tensor kv = dev_empty({2, 512 + 256}, kBF), w = to_gpu(random({512}, 1), kF);
   Tensor cache = dev_empty({4, 512 + 256}, kBF);
   EXPECT_THROW(latent_cache_write(kv, w, 1e-6f, pos, slots, too_wide, RopeStyle::kHalfSplit, cache),
                Unsupported);
-  const Tensor x = dev_empty({2, 256}, kBF), w256 = to_gpu(random_cpu({256}, 2), kF);
+  const Tensor x = dev_empty({2, 256}, kBF), w256 = to_gpu(random({256}, 2), kF);
   Tensor index_cache = dev_empty({4, 256}, kBF);
   EXPECT_THROW(indexer_key_write(x, w256, w256, 1e-6f, pos, slots, too_wide, RopeStyle::kHalfSplit,
                                  index_cache),

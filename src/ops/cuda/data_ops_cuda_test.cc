@@ -74,7 +74,7 @@ Tensor seen_as(const Tensor& host, DType d) {
 }
 
 Tensor norm_weight(int64_t n, uint32_t seed) {
-  Tensor w = random_cpu({n}, seed, 0.2f);
+  Tensor w = random({n}, seed, 0.2f);
   for (int64_t i = 0; i < n; ++i) w.data<float>()[i] += 1.0f;
   return w;
 }
@@ -83,11 +83,11 @@ Tensor norm_weight(int64_t n, uint32_t seed) {
 
 TEST(CudaCopy, HostDeviceRoundTripIsExact) {
   MLS_REQUIRE_GPU();
-  const Tensor h = random_cpu({123, 77}, 1);
+  const Tensor h = random({123, 77}, 1);
   EXPECT_TRUE(close(to_cpu(to_gpu(h, kF)), h, 0));
-  const Tensor ids = ints_cpu({0, -1, 7, 2147483647, -2147483647, 42});
-  const Tensor back = to_cpu(to_gpu(ids, DType::kI32));
-  EXPECT_EQ(std::memcmp(back.raw(), ids.raw(), ids.nbytes()), 0);
+  const Tensor ints = ids({0, -1, 7, 2147483647, -2147483647, 42});
+  const Tensor back = to_cpu(to_gpu(ints, DType::kI32));
+  EXPECT_EQ(std::memcmp(back.raw(), ints.raw(), ints.nbytes()), 0);
   // f32 -> bf16 on the device rounds to nearest even, as the host conversion does.
   const Tensor b = to_cpu(to_gpu(h, kBF));
   for (int64_t i = 0; i < h.numel(); ++i)
@@ -97,16 +97,16 @@ TEST(CudaCopy, HostDeviceRoundTripIsExact) {
 TEST(CudaCopy, StridedConvertingCopiesMatchCpu) {
   MLS_REQUIRE_GPU();
   // 2-D: a column window of a wider buffer, f32 -> bf16 into a contiguous tensor.
-  const Tensor buf_h = random_cpu({33, 64}, 2);
+  const Tensor buf_h = random({33, 64}, 2);
   const Tensor buf = to_gpu(buf_h, kF);
   Tensor dst = dev_empty({33, 50}, kBF);
   copy(buf.narrow(1, 3, 50), dst);
   EXPECT_TRUE(close(to_cpu(dst), seen_as(buf_h.narrow(1, 3, 50), kBF), 0));
 
   // bf16 -> f32 into a strided window; the rest of the destination stays as it was.
-  const Tensor src_h = random_cpu({33, 50}, 3);
+  const Tensor src_h = random({33, 50}, 3);
   const Tensor src = to_gpu(src_h, kBF);
-  const Tensor out_h = random_cpu({33, 64}, 4);
+  const Tensor out_h = random({33, 64}, 4);
   Tensor out = to_gpu(out_h, kF);
   Tensor window = out.narrow(1, 7, 50);
   copy(src, window);
@@ -116,7 +116,7 @@ TEST(CudaCopy, StridedConvertingCopiesMatchCpu) {
   EXPECT_TRUE(close(to_cpu(out), want, 0));
 
   // 4-D views narrowed in every dimension, both directions of conversion and f32 -> f32.
-  const Tensor big_h = random_cpu({3, 4, 6, 8}, 5);
+  const Tensor big_h = random({3, 4, 6, 8}, 5);
   for (DType sd : {kF, kBF})
     for (DType dd : {kF, kBF}) {
       const Tensor big = to_gpu(big_h, sd);
@@ -133,7 +133,7 @@ TEST(CudaCopy, ScatterRowsIntoCacheSlots) {
   MLS_REQUIRE_GPU();
   const std::vector<int32_t> slots = {5, 63, 0, 17, 18, 40, -1, 2, 33, 60};
   const int64_t T = static_cast<int64_t>(slots.size());
-  const Tensor rows_h = ints_cpu(slots);
+  const Tensor rows_h = ids(slots);
   const Tensor rows = to_gpu(rows_h, DType::kI32);
   struct Case {
     DType dtype;
@@ -142,8 +142,8 @@ TEST(CudaCopy, ScatterRowsIntoCacheSlots) {
   // 512 bf16 (16-byte words), the full 576-wide cache row, and 65 f32 (byte path).
   for (const Case& c :
        {Case{kBF, 576, 64, 0, 512}, Case{kBF, 576, 0, 0, 576}, Case{kF, 70, 1, 4, 65}}) {
-    const Tensor cache_h = random_cpu({64, c.cols}, 6);
-    const Tensor src_h = random_cpu({T, c.cols}, 7);
+    const Tensor cache_h = random({64, c.cols}, 6);
+    const Tensor src_h = random({T, c.cols}, 7);
     Tensor cache = to_gpu(cache_h, c.dtype);
     const Tensor src = to_gpu(src_h, c.dtype);
     Tensor dst_view = cache.narrow(1, c.dst_col, c.width);
@@ -157,14 +157,14 @@ TEST(CudaCopy, ScatterRowsIntoCacheSlots) {
 
 TEST(CudaCopy, GatherRowsGivesZerosForMisses) {
   MLS_REQUIRE_GPU();
-  const Tensor rows_h = ints_cpu({3, -1, 49, 0, 3, -1, 20});
+  const Tensor rows_h = ids({3, -1, 49, 0, 3, -1, 20});
   const Tensor rows = to_gpu(rows_h, DType::kI32);
   for (DType d : {kBF, kF})
     for (int64_t width : {512, 13}) {
-      const Tensor src_h = random_cpu({50, width + 3}, 8);
+      const Tensor src_h = random({50, width + 3}, 8);
       const Tensor src = to_gpu(src_h, d).narrow(1, 3, width);
       // Garbage in the destination: misses must be written as zeros.
-      Tensor dst = to_gpu(random_cpu({7, width}, 9), d);
+      Tensor dst = to_gpu(random({7, width}, 9), d);
       gather_rows(src, rows, dst);
       Tensor want = host_empty({7, width});
       gather_rows(seen_as(src_h, d).narrow(1, 3, width), rows_h, want);
@@ -187,7 +187,7 @@ TEST(CudaNorm, RmsNormMatchesCpuOnEveryPath) {
     for (int64_t T : {1, 7})
       for (DType xd : {kBF, kF})
         for (DType yd : {kBF, kF}) {
-          const Tensor xh = random_cpu({T, n}, ++seed, 2.0f);
+          const Tensor xh = random({T, n}, ++seed, 2.0f);
           const Tensor wh = norm_weight(n, ++seed);
           Tensor ref = host_empty({T, n});
           rms_norm(seen_as(xh, xd), wh, 1e-6f, ref);
@@ -202,7 +202,7 @@ TEST(CudaNorm, RmsNormMatchesCpuOnEveryPath) {
 TEST(CudaNorm, RmsNormStridedRowsAndInPlace) {
   MLS_REQUIRE_GPU();
   const int64_t T = 9;
-  const Tensor buf_h = random_cpu({T, 576}, 200, 3.0f);
+  const Tensor buf_h = random({T, 576}, 200, 3.0f);
   // (column offset, width): aligned windows (vector path) and a misaligned one (scalar path).
   const std::pair<int64_t, int64_t> windows[] = {{0, 512}, {64, 512}, {3, 509}, {8, 568}};
   for (auto [off, n] : windows)
@@ -235,10 +235,10 @@ TEST(CudaNorm, LayerNormMatchesCpu) {
       for (DType yd : {kBF, kF}) {
         const int64_t T = 5;
         // A mean well away from zero exercises the centred variance.
-        Tensor xh = random_cpu({T, n}, ++seed, 2.0f);
+        Tensor xh = random({T, n}, ++seed, 2.0f);
         for (int64_t i = 0; i < xh.numel(); ++i) xh.data<float>()[i] += 3.0f;
         const Tensor wh = norm_weight(n, ++seed);
-        const Tensor bh = random_cpu({n}, ++seed, 0.1f);
+        const Tensor bh = random({n}, ++seed, 0.1f);
         Tensor ref = host_empty({T, n});
         layer_norm(seen_as(xh, xd), wh, bh, 1e-6f, ref);
         Tensor y = dev_empty({T, n}, yd);
@@ -247,8 +247,8 @@ TEST(CudaNorm, LayerNormMatchesCpu) {
             << "n " << n << " x " << dn(xd) << " y " << dn(yd);
       }
   // Strided and in place (the indexer's key norm runs on a 128-wide window).
-  const Tensor buf_h = random_cpu({6, 200}, 399);
-  const Tensor wh = norm_weight(128, 398), bh = random_cpu({128}, 397, 0.1f);
+  const Tensor buf_h = random({6, 200}, 399);
+  const Tensor wh = norm_weight(128, 398), bh = random({128}, 397, 0.1f);
   Tensor buf = to_gpu(buf_h, kBF);
   Tensor window = buf.narrow(1, 8, 128);
   layer_norm(window, to_gpu(wh, kF), to_gpu(bh, kF), 1e-6f, window);
@@ -261,8 +261,8 @@ TEST(CudaNorm, LayerNormMatchesCpu) {
 // add_rms_norm must equal the unfused add (rounded to x's dtype) followed by rms_norm.
 void check_add_rms_norm(int64_t T, int64_t n, DType xd, DType dd, DType yd, uint32_t seed,
                         bool y_aliases_delta, int64_t delta_pad) {
-  const Tensor xh = random_cpu({T, n}, seed, 1.0f);
-  const Tensor dh_buf = random_cpu({T, n + delta_pad}, seed + 1, 0.5f);
+  const Tensor xh = random({T, n}, seed, 1.0f);
+  const Tensor dh_buf = random({T, n + delta_pad}, seed + 1, 0.5f);
   const Tensor wh = norm_weight(n, seed + 2);
   Tensor sum = host_empty({T, n});
   add(seen_as(xh, xd), seen_as(dh_buf, dd).narrow(1, delta_pad, n), sum);
@@ -300,7 +300,7 @@ TEST(CudaNorm, PrefillSizedRows) {
   MLS_REQUIRE_GPU();
   // [8192, 6144] bf16: the prefill hidden state, many more rows than resident blocks.
   const int64_t T = 8192, n = 6144;
-  const Tensor xh = random_cpu({T, n}, 700);
+  const Tensor xh = random({T, n}, 700);
   const Tensor wh = norm_weight(n, 701);
   const Tensor xs = seen_as(xh, kBF);
   Tensor ref = host_empty({T, n});
@@ -312,7 +312,7 @@ TEST(CudaNorm, PrefillSizedRows) {
   EXPECT_TRUE(close(to_cpu(y), ref, kBf16OutTol));
   EXPECT_LE(rel_l2(to_cpu(y), ref), 3e-3);
 
-  const Tensor dh = random_cpu({T, n}, 702, 0.5f);
+  const Tensor dh = random({T, n}, 702, 0.5f);
   Tensor sum = host_empty({T, n});
   add(xs, seen_as(dh, kBF), sum);
   const Tensor new_x = seen_as(sum, kBF);
@@ -348,8 +348,8 @@ void check_rope(const Shape& buf_shape, int narrow_dim, int64_t narrow_start, in
   const int64_t T = buf_shape[0];
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = kPositions[t % kPositions.size()];
-  const Tensor pos_h = ints_cpu(pos);
-  const Tensor buf_h = random_cpu(buf_shape, static_cast<uint32_t>(T + offset), 1.5f);
+  const Tensor pos_h = ids(pos);
+  const Tensor buf_h = random(buf_shape, static_cast<uint32_t>(T + offset), 1.5f);
 
   Tensor want = seen_as(buf_h, d);
   Tensor want_view = want.narrow(narrow_dim, narrow_start, narrow_len);
@@ -393,11 +393,11 @@ TEST(CudaRope, MatchesCpuForBothStylesWithYarn) {
 TEST(CudaRope, IntoEqualsApplyRopeInPlace) {
   MLS_REQUIRE_GPU();
   const RopeTable table(test::yarn_params(), 64);
-  const Tensor pos_h = ints_cpu({3, 0, 4095, 77, 12});
+  const Tensor pos_h = ids({3, 0, 4095, 77, 12});
   const Tensor pos = to_gpu(pos_h, DType::kI32);
   for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalfSplit})
     for (DType d : {kBF, kF}) {
-      const Tensor q_h = random_cpu({5, 16, 192}, 31);
+      const Tensor q_h = random({5, 16, 192}, 31);
       const Tensor q = to_gpu(q_h, d);
       Tensor lat = dev_empty({5, 16, 576}, d);
       Tensor out = lat.narrow(2, 512, 64);
@@ -416,7 +416,7 @@ TEST(CudaRope, IntoEqualsApplyRopeInPlace) {
 TEST(CudaRope, RejectsMisfits) {
   MLS_REQUIRE_GPU();
   const RopeTable table(test::yarn_params(), 64);
-  const Tensor pos = to_gpu(ints_cpu({0, 1}), DType::kI32);
+  const Tensor pos = to_gpu(ids({0, 1}), DType::kI32);
   Tensor x = dev_empty({2, 4, 60}, kBF);
   EXPECT_THROW(apply_rope(x, 0, pos, table, RopeStyle::kHalfSplit), ShapeError);
   Tensor y = dev_empty({3, 4, 64}, kBF);
@@ -437,7 +437,7 @@ TEST(CudaElementwise, SiluMulMatchesCpu) {
       for (DType out_d : {kBF, kF}) {
         const int64_t T = 6;
         // gate and up as the two halves of one fused [T, 2I] projection (strided rows).
-        const Tensor gu_h = random_cpu({T, 2 * I}, ++seed, 2.0f);
+        const Tensor gu_h = random({T, 2 * I}, ++seed, 2.0f);
         const Tensor seen = seen_as(gu_h, in);
         Tensor ref = host_empty({T, I});
         silu_mul(seen.narrow(1, 0, I), seen.narrow(1, I, I), ref);
@@ -462,7 +462,7 @@ TEST(CudaElementwise, AddAndScaleMatchCpu) {
       for (DType bd : {kBF, kF})
         for (DType od : {kBF, kF}) {
           const int64_t T = 5;
-          const Tensor ah = random_cpu({T, N}, ++seed), bh_buf = random_cpu({T, N + 8}, ++seed);
+          const Tensor ah = random({T, N}, ++seed), bh_buf = random({T, N + 8}, ++seed);
           Tensor ref = host_empty({T, N});
           add(seen_as(ah, ad), seen_as(bh_buf, bd).narrow(1, 8, N), ref);
           const Tensor b = to_gpu(bh_buf, bd).narrow(1, 8, N);
@@ -486,7 +486,7 @@ TEST(CudaElementwise, AddAndScaleMatchCpu) {
           }
         }
   // scale in place on a strided window.
-  const Tensor buf_h = random_cpu({4, 40}, 950);
+  const Tensor buf_h = random({4, 40}, 950);
   Tensor buf = to_gpu(buf_h, kBF);
   Tensor window = buf.narrow(1, 3, 30);
   scale(window, 0.5f, window);
@@ -500,13 +500,13 @@ TEST(CudaElementwise, EmbeddingLooksUpThisShardOnly) {
   MLS_REQUIRE_GPU();
   const int64_t rows = 300, vocab_start = 300;
   // Below, at and above both ends of the shard [300, 600).
-  const Tensor ids_h = ints_cpu({0, 299, 300, 301, 450, 599, 600, 1000, 154879, 300});
+  const Tensor ids_h = ids({0, 299, 300, 301, 450, 599, 600, 1000, 154879, 300});
   const Tensor ids = to_gpu(ids_h, DType::kI32);
   for (int64_t H : {512, 100})
     for (int64_t col : {0, 8, 4})  // table as a column window: aligned, and not 16-byte aligned
       for (DType td : {kBF, kF})
         for (DType od : {kBF, kF}) {
-          const Tensor table_h = random_cpu({rows, H + 8}, static_cast<uint32_t>(H + col));
+          const Tensor table_h = random({rows, H + 8}, static_cast<uint32_t>(H + col));
           // The host op reads its table as contiguous rows; the GPU honours the row stride.
           const Tensor seen = seen_as(table_h.narrow(1, col, H), td);
           Tensor ref = host_empty({ids_h.numel(), H});
@@ -611,7 +611,7 @@ TEST(CudaElementwise, RejectsMisfits) {
   Tensor three = dev_empty({2, 2, 2}, kF);
   EXPECT_THROW(fill_uniform(three, UniformFill{}), ShapeError);
   Tensor emb = dev_empty({3, 64}, kBF);
-  EXPECT_THROW(embedding(a, to_gpu(ints_cpu({0, 1}), DType::kI32), 0, emb), ShapeError);
+  EXPECT_THROW(embedding(a, to_gpu(ids({0, 1}), DType::kI32), 0, emb), ShapeError);
 }
 
 }  // namespace

@@ -55,8 +55,8 @@ struct LinearCase {
 Tensor run_linear(const LinearCase& c, const Tensor& x, const Tensor& y0, const Tensor& w_dev) {
   const int64_t xpad = c.strided ? 48 : 0, ypad = c.strided ? 24 : 0;
   const int64_t xoff = xpad / 2, yoff = ypad / 2;
-  Tensor xw = random_cpu({c.T, c.in + xpad}, 91);
-  Tensor yw = random_cpu({c.T, c.out + ypad}, 92);
+  Tensor xw = random({c.T, c.in + xpad}, 91);
+  Tensor yw = random({c.T, c.out + ypad}, 92);
   for (int64_t i = 0; i < c.T; ++i) {
     std::memcpy(f(xw) + i * (c.in + xpad) + xoff, f(x) + i * c.in, c.in * sizeof(float));
     std::memcpy(f(yw) + i * (c.out + ypad) + yoff, f(y0) + i * c.out, c.out * sizeof(float));
@@ -106,9 +106,9 @@ TEST(LinearCuda, Bf16MatchesCpu) {
     SCOPED_TRACE(testing::Message()
                  << "T " << c.T << " in " << c.in << " out " << c.out << " acc " << c.accumulate
                  << " strided " << c.strided << " y " << dtype_name(c.y_dtype));
-    const Tensor x = round_bf16(random_cpu({c.T, c.in}, seed++));
-    const Tensor w = round_bf16(random_cpu({c.out, c.in}, seed++, 0.05f));
-    Tensor y0 = random_cpu({c.T, c.out}, seed++);
+    const Tensor x = round_bf16(random({c.T, c.in}, seed++));
+    const Tensor w = round_bf16(random({c.out, c.in}, seed++, 0.05f));
+    Tensor y0 = random({c.T, c.out}, seed++);
     if (c.y_dtype == DType::kBF16) y0 = round_bf16(y0);
     const Tensor got = run_linear(c, x, y0, to_gpu(w));
     const Tensor want = cpu_linear(x, w, y0, c.accumulate);
@@ -118,14 +118,14 @@ TEST(LinearCuda, Bf16MatchesCpu) {
 
 TEST(LinearCuda, ZeroTokensAndEmptyReduction) {
   MLS_REQUIRE_GPU();
-  Tensor w = to_gpu(random_cpu({64, 32}, 5));
-  Tensor x0 = to_gpu(random_cpu({0, 32}, 6));
-  Tensor y0 = to_gpu(random_cpu({0, 64}, 7));
+  Tensor w = to_gpu(random({64, 32}, 5));
+  Tensor x0 = to_gpu(random({0, 32}, 6));
+  Tensor y0 = to_gpu(random({0, 64}, 7));
   ops::linear(x0, w, y0, false);  // nothing to do, nothing to fail
 
-  Tensor wk = to_gpu(random_cpu({64, 0}, 8));
-  Tensor xk = to_gpu(random_cpu({3, 0}, 9));
-  Tensor yk = to_gpu(random_cpu({3, 64}, 10));
+  Tensor wk = to_gpu(random({64, 0}, 8));
+  Tensor xk = to_gpu(random({3, 0}, 9));
+  Tensor yk = to_gpu(random({3, 64}, 10));
   ops::linear(xk, wk, yk, false);
   const Tensor got = to_cpu(yk);
   for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(f(got)[i], 0.0f);
@@ -159,8 +159,8 @@ TEST(LinearCuda, BatchedMatchesCpuLoop) {
        {Case{1, 4, 32, 48, 64}, Case{37, 16, 192, 256, 512}, Case{130, 8, 64, 128, 256}}) {
     SCOPED_TRACE(testing::Message() << "T " << c.T << " H " << c.H << " r " << c.r);
     // o_h = o_lat_h · W_UVᵀ with W_UV the last dv rows of each head's block of kv_b_proj.
-    const Tensor kv_b = round_bf16(random_cpu({c.H * (c.dn + c.dv), c.r}, 21, 0.05f));
-    const Tensor o_lat = round_bf16(random_cpu({c.T, c.H, c.r}, 22));
+    const Tensor kv_b = round_bf16(random({c.H * (c.dn + c.dv), c.r}, 21, 0.05f));
+    const Tensor o_lat = round_bf16(random({c.T, c.H, c.r}, 22));
     const Tensor w_uv = kv_b.view({c.H, c.dn + c.dv, c.r}).narrow(1, c.dn, c.dv);
     Tensor want = Tensor::empty({c.T, c.H, c.dv}, DType::kF32, MemTag::kActivation);
     cpu::linear_batched(o_lat, w_uv, want);
@@ -173,8 +173,8 @@ TEST(LinearCuda, BatchedMatchesCpuLoop) {
 
     // q_lat_c = q_nope · W_UK per head, written into a column window of a wider q_lat, from a
     // column window of q (strided x and y).
-    const Tensor w_uk_t = round_bf16(random_cpu({c.H, c.r, c.dn}, 23, 0.05f));
-    const Tensor q = round_bf16(random_cpu({c.T, c.H, c.dn + 16}, 24));
+    const Tensor w_uk_t = round_bf16(random({c.H, c.r, c.dn}, 23, 0.05f));
+    const Tensor q = round_bf16(random({c.T, c.H, c.dn + 16}, 24));
     Tensor want2 = Tensor::empty({c.T, c.H, c.r}, DType::kF32, MemTag::kActivation);
     cpu::linear_batched(q.narrow(2, 0, c.dn), w_uk_t, want2);
     Tensor q_lat = Tensor::zeros({c.T, c.H, c.r + 16}, DType::kBF16, MemTag::kActivation, gpu());
@@ -217,8 +217,8 @@ TEST(LinearCuda, Fp8BlockScaledMatchesCpu) {
     SCOPED_TRACE(testing::Message() << "T " << c.T << " in " << c.in << " out " << c.out << " acc "
                                     << c.accumulate << " strided " << c.strided);
     const Fp8Weight w = make_fp8_weight(c.out, c.in, seed++);
-    const Tensor x = round_bf16(random_cpu({c.T, c.in}, seed++));
-    const Tensor y0 = round_bf16(random_cpu({c.T, c.out}, seed++));
+    const Tensor x = round_bf16(random({c.T, c.in}, seed++));
+    const Tensor y0 = round_bf16(random({c.T, c.out}, seed++));
     const Tensor got = run_linear(c, x, y0, upload_fp8(w));
     const double exact = rel_l2(got, cpu_linear(x, w.deq, y0, c.accumulate));
     const double emulated = rel_l2(got, cpu_linear(emulate_act_quant(x), w.deq, y0, c.accumulate));
@@ -233,7 +233,7 @@ TEST(LinearCuda, Fp8DecodeIsDeterministic) {
   MLS_REQUIRE_GPU();
   const Fp8Weight w = make_fp8_weight(576, 6144, 7);
   Tensor w_dev = upload_fp8(w);
-  Tensor x = to_gpu(random_cpu({3, 6144}, 8));
+  Tensor x = to_gpu(random({3, 6144}, 8));
   Tensor y1 = Tensor::empty({3, 576}, DType::kBF16, MemTag::kActivation, gpu());
   Tensor y2 = Tensor::empty({3, 576}, DType::kBF16, MemTag::kActivation, gpu());
   ops::linear(x, w_dev, y1);
@@ -265,10 +265,10 @@ TEST(LinearCuda, PairEqualsTwoLinears) {
                                     << c.out2 << " fp8 " << c.fp8_1 << c.fp8_2);
     const auto weight = [&](int64_t out, bool fp8) {
       return fp8 ? upload_fp8(make_fp8_weight(out, c.in, seed++))
-                 : to_gpu(round_bf16(random_cpu({out, c.in}, seed++)), DType::kBF16);
+                 : to_gpu(round_bf16(random({out, c.in}, seed++)), DType::kBF16);
     };
     const Tensor w1 = weight(c.out1, c.fp8_1), w2 = weight(c.out2, c.fp8_2);
-    const Tensor x = to_gpu(round_bf16(random_cpu({c.T, c.in}, seed++)), DType::kBF16);
+    const Tensor x = to_gpu(round_bf16(random({c.T, c.in}, seed++)), DType::kBF16);
     const auto out = [&](int64_t n) {
       return Tensor::empty({c.T, n}, DType::kBF16, MemTag::kActivation, gpu());
     };

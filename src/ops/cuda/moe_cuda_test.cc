@@ -20,7 +20,7 @@
 namespace mls::ops {
 namespace {
 
-using test::random_cpu;
+using test::random;
 using test::rel_l2;
 using test::to_cpu;
 using test::to_gpu;
@@ -77,9 +77,9 @@ void check_route(const RouteCase& c, uint32_t seed) {
                                   << c.a.topk_group << "/" << c.a.n_group << " bias " << c.bias
                                   << " norm " << c.a.norm_topk_prob);
   const int64_t T = c.T, E = c.E, K = c.a.top_k;
-  const Tensor logits = random_cpu({T, E}, seed, 1.5f);
+  const Tensor logits = random({T, E}, seed, 1.5f);
   Tensor bias;
-  if (c.bias) bias = random_cpu({E}, seed + 1, 0.3f);
+  if (c.bias) bias = random({E}, seed + 1, 0.3f);
   Tensor ids = cpu_empty({T, K}, DType::kI32), w = cpu_empty({T, K}, DType::kF32);
   cpu::moe_route(logits, bias, c.a, ids, w);
 
@@ -142,7 +142,7 @@ TEST(MoeCuda, RouteWritesStridedOutputs) {
   MLS_REQUIRE_GPU();
   const int64_t T = 37, E = 64, K = 4;
   const RoutingArgs a{1, 1, K, true, 1.0f};
-  const Tensor logits = random_cpu({T, E}, 7);
+  const Tensor logits = random({T, E}, 7);
   Tensor ids = gpu_empty({T, K}, DType::kI32), w = gpu_empty({T, K}, DType::kF32);
   moe_route(to_gpu(logits, DType::kF32), Tensor(), a, ids, w);
   // The same outputs written into column views of wider buffers.
@@ -161,13 +161,13 @@ TEST(MoeCuda, RouteWritesStridedOutputs) {
 
 TEST(MoeCuda, RouteRejectsBadShapes) {
   MLS_REQUIRE_GPU();
-  const Tensor logits = to_gpu(random_cpu({4, 64}, 1), DType::kF32);
+  const Tensor logits = to_gpu(random({4, 64}, 1), DType::kF32);
   Tensor ids = gpu_empty({4, 8}, DType::kI32), w = gpu_empty({4, 8}, DType::kF32);
   EXPECT_THROW(moe_route(logits, Tensor(), {3, 1, 8, true, 1.0f}, ids, w), ShapeError);
   EXPECT_THROW(moe_route(logits, Tensor(), {1, 1, 4, true, 1.0f}, ids, w), ShapeError);
   Tensor host_ids = cpu_empty({4, 8}, DType::kI32);
   EXPECT_THROW(moe_route(logits, Tensor(), {1, 1, 8, true, 1.0f}, host_ids, w), ShapeError);
-  const Tensor many = to_gpu(random_cpu({4, 2048}, 1), DType::kF32);
+  const Tensor many = to_gpu(random({4, 2048}, 1), DType::kF32);
   EXPECT_THROW(moe_route(many, Tensor(), {1, 1, 8, true, 1.0f}, ids, w), Unsupported);
 }
 
@@ -279,7 +279,7 @@ struct Routing {
 
 Routing random_routing(int64_t T, int64_t K, int64_t E, uint32_t seed) {
   const Tensor ids = random_ids(T, K, E, Skew::kUniform, seed);
-  Routing r{cpu_empty({T, K}, DType::kI32), random_cpu({T, K}, seed + 1, 0.5f)};
+  Routing r{cpu_empty({T, K}, DType::kI32), random({T, K}, seed + 1, 0.5f)};
   Tensor src = cpu_empty({T * K}, DType::kI32), off = cpu_empty({E + 1}, DType::kI32);
   cpu::moe_align(ids, E, src, r.dest, off);
   return r;
@@ -291,7 +291,7 @@ void check_unpermute(int64_t T, int64_t K, int64_t H, DType y_dt, DType out_dt, 
                                   << dtype_name(y_dt) << " out " << dtype_name(out_dt) << " pad "
                                   << pad);
   const Routing r = random_routing(T, K, 64, seed);
-  const Tensor y = random_cpu({T * K, H}, seed + 2);
+  const Tensor y = random({T * K, H}, seed + 2);
   // The reference on the values the GPU reads (bf16-rounded when y is bf16).
   const Tensor y_seen = y_dt == DType::kBF16 ? test::bf16_rounded(y) : y;
   Tensor ref = cpu_empty({T, H}, DType::kF32);
@@ -340,10 +340,10 @@ void check_round_trip(int64_t T, int64_t E, const RoutingArgs& a, int64_t H, DTy
   SCOPED_TRACE(testing::Message() << "T " << T << " E " << E << " k " << a.top_k << " H " << H
                                   << " " << dtype_name(dt));
   const int64_t K = a.top_k;
-  const Tensor x = random_cpu({T, H}, seed);
+  const Tensor x = random({T, H}, seed);
   const Tensor g_x = to_gpu(x, dt);
   Tensor ids = gpu_empty({T, K}, DType::kI32), w = gpu_empty({T, K}, DType::kF32);
-  moe_route(to_gpu(random_cpu({T, E}, seed + 1), DType::kF32), Tensor(), a, ids, w);
+  moe_route(to_gpu(random({T, E}, seed + 1), DType::kF32), Tensor(), a, ids, w);
   Tensor src = gpu_empty({T * K}, DType::kI32), dest = gpu_empty({T, K}, DType::kI32),
          off = gpu_empty({E + 1}, DType::kI32);
   moe_align(ids, E, src, dest, off);
@@ -457,7 +457,7 @@ void check_grouped_against_emulation(int64_t T, cuda::ExpertKernel kernel) {
   ids[5 * K + 2] = 10;  // expert 10: a single row
   Tensor ids_host = cpu_empty({T, K}, DType::kI32);
   std::copy(ids.begin(), ids.end(), ids_host.data<int32_t>());
-  const Tensor x = test::round_bf16(random_cpu({T, H}, 77));
+  const Tensor x = test::round_bf16(random({T, H}, 77));
   const GroupedRun got = run_grouped(ex, x, ids_host, E, I, kernel);
 
   Tensor want = cpu_empty({T * K, H}, DType::kF32);
@@ -525,7 +525,7 @@ TEST(MoeCuda, GroupedFp8ExpertsAreBatchInvariant) {
       ids.data<int32_t>()[t * K] = static_cast<int32_t>(g() % 4);
       ids.data<int32_t>()[t * K + 1] = 4 + static_cast<int32_t>(g() % 4);
     }
-    const Tensor x = test::round_bf16(random_cpu({T, H}, 78));
+    const Tensor x = test::round_bf16(random({T, H}, 78));
     const GroupedRun all = run_grouped(ex, x, ids, E, I);
     for (int64_t t : {int64_t{0}, int64_t{11}, T - 1}) {
       Tensor one_ids = cpu_empty({1, K}, DType::kI32), one_x = cpu_empty({1, H}, DType::kF32);

@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "ops/copy.h"
 #include "ops/linear.h"
+#include "ops/test_inputs.h"
 
 namespace mls::ops::test {
 
@@ -36,20 +37,6 @@ inline constexpr double kF32OutTol = 2e-5;
 
 inline Tensor dev_empty(const Shape& s, DType d) {
   return Tensor::empty(s, d, MemTag::kActivation, gpu());
-}
-
-inline Tensor random_cpu(const Shape& s, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> n(0.0f, scale);
-  Tensor t = Tensor::empty(s, DType::kF32, MemTag::kActivation);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(g);
-  return t;
-}
-
-inline Tensor ints_cpu(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32, MemTag::kActivation);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
 }
 
 // A contiguous device copy of a contiguous host tensor, converted to `dtype` on the device.
@@ -106,7 +93,7 @@ struct Fp8Weight {
 };
 
 inline Fp8Weight make_fp8_weight(int64_t out, int64_t in, uint32_t seed) {
-  Tensor w = random_cpu({out, in}, seed, 0.05f);
+  Tensor w = random({out, in}, seed, 0.05f);
   float* fw = w.data<float>();
   const int64_t NB = (out + 127) / 128, KB = (in + 127) / 128;
   // Blocks of very different magnitudes, so a scale applied to the wrong block shows.

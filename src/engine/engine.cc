@@ -728,6 +728,7 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
   if (seq.finished()) {
     finished_.push_back(&seq);
     rs.timings.finish = now;
+    publish_stats();
   }
   if (!rs.req.on_token) return;
   TokenEvent ev;
@@ -760,6 +761,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, bool notify, const std::
   seq.finish = reason;
   finished_.push_back(&seq);
   rs.timings.finish = Clock::now();
+  publish_stats();
   if (!notify || !rs.req.on_token) return;
   TokenEvent ev;
   ev.request_id = &rs.req.id;

@@ -143,6 +143,8 @@ class Engine {
   // with the error; the engine and every other request go on.
   void fail_step(const std::vector<ScheduledChunk>& chunks, const std::string& what);
   void retire_finished();
+  // At the end of each step, and before a finished sequence's event reaches its client: a
+  // metrics scrape made once a response is complete counts its tokens and not it as running.
   void publish_stats();
 
   ModelRunner& runner_;

@@ -459,6 +459,47 @@ TEST(Engine, AbortFreesBlocksAndNotifies) {
   EXPECT_EQ(engine.stats().finished_requests, 1);
 }
 
+// The server answers a request from its events, so a metrics scrape made once a response is
+// complete must count that response's tokens and no longer count it as running or waiting.
+TEST(Engine, AFinishedSequencesStatsArePublishedBeforeItsClientSeesIt) {
+  ModelRunner& r = runner("tiny-dsv3");
+  r.allocate_kv_cache(32, 16);
+  Engine engine(r, {});
+  std::mt19937 rng(6);
+  const auto prompt = random_prompt(rng, 30);
+  std::vector<EngineStats> at_finish;
+  int64_t tokens_seen = 0;
+  const auto record = [&](const TokenEvent& ev) {
+    tokens_seen += ev.token_id >= 0;
+    if (ev.finish != FinishReason::kNone) {
+      at_finish.push_back(engine.stats());
+      EXPECT_EQ(at_finish.back().generation_tokens, tokens_seen);
+    }
+    return Verdict::kContinue;
+  };
+  engine.add_request({.id = "done",
+                      .prompt_ids = prompt,
+                      .params = greedy(5),
+                      .on_token = record,
+                      .constraint = nullptr});
+  engine.add_request({.id = "aborted",
+                      .prompt_ids = prompt,
+                      .params = greedy(100),
+                      .on_token = record,
+                      .constraint = nullptr});
+  while (at_finish.empty()) engine.step();
+  ASSERT_EQ(at_finish.size(), 1u);
+  EXPECT_EQ(at_finish[0].prompt_tokens, 60);
+  EXPECT_EQ(at_finish[0].num_running, 1);
+  EXPECT_EQ(at_finish[0].num_waiting, 0);
+  engine.abort_request("aborted");
+  while (engine.step()) {
+  }
+  ASSERT_EQ(at_finish.size(), 2u);
+  EXPECT_EQ(at_finish[1].num_running, 0);
+  EXPECT_EQ(at_finish[1].num_waiting, 0);
+}
+
 TEST(Engine, StopsOnStopIdsOwnerVerdictAndLength) {
   ModelRunner& r = runner("tiny-dsv3");
   std::mt19937 rng(11);

@@ -57,12 +57,17 @@ class Scheduler {
   // drafts: the engine counts the accepted ones) and publishes full blocks of committed tokens.
   void commit();
 
-  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
-  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  // Sequences still to be served: a finished one stays queued until its step ends.
+  int64_t num_running() const { return unfinished(running_); }
+  int64_t num_waiting() const { return unfinished(waiting_); }
   bool empty() const { return running_.empty() && waiting_.empty(); }
   int64_t preemptions() const { return preemptions_; }
 
  private:
+  static int64_t unfinished(const auto& queue) {
+    return std::count_if(queue.begin(), queue.end(),
+                         [](const Sequence* seq) { return !seq->finished(); });
+  }
   void preempt(Sequence* seq);
   void bound_logit_rows();
   void insert_running(Sequence* seq);

@@ -3,7 +3,8 @@
 #include <cctype>
 
 #include "grammar/grammar_error.h"
-#include "grammar/utf8_ranges.h"
+#include "grammar/hex_escape.h"
+#include "tokenizer/utf8.h"
 
 namespace mls::grammar {
 namespace {
@@ -62,16 +63,11 @@ class Parser {
     return std::string(s_.substr(start, pos_ - start));
   }
 
-  int hex_digits(int n) {
-    char32_t v = 0;
-    for (int i = 0; i < n; ++i) {
-      if (pos_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[pos_])))
-        fail("bad hex escape");
-      const char c = s_[pos_++];
-      v = v * 16 +
-          (std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : (std::tolower(c) - 'a' + 10));
-    }
-    return static_cast<int>(v);
+  char32_t hex_escape(int digits) {
+    const auto cp = read_hex_escape(s_, pos_, digits);
+    if (!cp)
+      fail(fmt::format("a hex escape needs {} hex digits naming a Unicode scalar value", digits));
+    return *cp;
   }
 
   // One character of a literal or class: a code point (escapes decoded, UTF-8 read whole).
@@ -90,11 +86,11 @@ class Parser {
         case 't':
           return '\t';
         case 'x':
-          return static_cast<char32_t>(hex_digits(2));
+          return hex_escape(2);
         case 'u':
-          return static_cast<char32_t>(hex_digits(4));
+          return hex_escape(4);
         case 'U':
-          return static_cast<char32_t>(hex_digits(8));
+          return hex_escape(8);
         case '\\':
         case '"':
         case '[':
@@ -107,14 +103,10 @@ class Parser {
           fail(std::string("unknown escape '\\") + e + "'");
       }
     }
-    // A UTF-8 sequence.
-    const int len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-    if (len == 0 || pos_ + static_cast<size_t>(len) > s_.size()) fail("invalid UTF-8");
-    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < len; ++i)
-      cp = (cp << 6) | (static_cast<unsigned char>(s_[pos_ + i]) & 0x3F);
-    pos_ += static_cast<size_t>(len);
-    return cp;
+    const tok::CodePoint u = tok::read_utf8(s_.substr(pos_));
+    if (u.len == 0) fail("invalid UTF-8");
+    pos_ += u.len;
+    return u.cp;
   }
 
   int parse_int() {
@@ -146,7 +138,7 @@ class Parser {
       if (c == '"') {
         ++pos_;
         std::string bytes;
-        while (pos_ < s_.size() && s_[pos_] != '"') append_utf8(parse_char(), bytes);
+        while (pos_ < s_.size() && s_[pos_] != '"') tok::append_utf8(bytes, parse_char());
         if (pos_ >= s_.size()) fail("unterminated literal");
         ++pos_;
         items.push_back(Expr::bytes_of(std::move(bytes)));

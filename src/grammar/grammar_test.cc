@@ -142,6 +142,22 @@ TEST(Utf8, ClassesMatchWholeCharactersOnly) {
   EXPECT_FALSE(matches(*range, "\xC3\x9F"));  // ß, below the range
 }
 
+// Escapes name Unicode scalar values: a surrogate or a value past U+10FFFF has no UTF-8, so a
+// grammar naming one is an error, as is grammar text that is not UTF-8 itself.
+TEST(Utf8, EscapesAndGrammarTextMustBeUnicode) {
+  EXPECT_TRUE(matches(*compile(R"(root ::= "\u00e9\U0001F600\x41")"),
+                      "\xC3\xA9\xF0\x9F\x98\x80"
+                      "A"));
+  EXPECT_TRUE(matches(*regex(R"(\u00e9+)"), "\xC3\xA9\xC3\xA9"));
+  for (const char* bad :
+       {R"(root ::= "\uD800")", R"(root ::= "\U00110000")", R"(root ::= "\UFFFFFFFF")",
+        R"(root ::= [\uDFFF])", R"(root ::= "\x4")", "root ::= \"\xED\xA0\x80\"",
+        "root ::= \"\xC0\x80\"", "root ::= [\xE6\x97]"})
+    EXPECT_THROW(compile(bad), GrammarError) << bad;
+  for (const char* bad : {R"(\uD800)", R"([\uDC00-\uDFFF])", R"(\x4)", "\xF4\x90\x80\x80"})
+    EXPECT_THROW(regex(bad), GrammarError) << bad;
+}
+
 TEST(Utf8, PartialCharacterTokensAreMaskedByteByByte) {
   // Tokens 256: "\xC3" (the first half of é), 257: "\xA9" (its second half), 258: "é!".
   const auto v = byte_vocab({"\xC3", "\xA9", "\xC3\xA9!"});

@@ -11,6 +11,7 @@
 #include "grammar/grammar_error.h"
 #include "grammar/regex_parser.h"
 #include "grammar/utf8_ranges.h"
+#include "tokenizer/utf8.h"
 
 namespace mls::grammar {
 namespace {
@@ -366,7 +367,7 @@ Expr json_whitespace(std::string_view pattern) {
   Expr e = parse_regex(pattern);
   if (const auto c = non_space(e)) {
     std::string shown;
-    append_utf8(*c, shown);
+    tok::append_utf8(shown, *c);
     raise<GrammarError>("the whitespace pattern may match {}, which is not JSON whitespace",
                         *c < 0x20 || *c == 0x7F ? fmt::format("U+{:04X}", static_cast<uint32_t>(*c))
                                                 : "'" + shown + "'");

@@ -3,7 +3,9 @@
 #include <cctype>
 
 #include "grammar/grammar_error.h"
+#include "grammar/hex_escape.h"
 #include "grammar/utf8_ranges.h"
+#include "tokenizer/utf8.h"
 
 namespace mls::grammar {
 namespace {
@@ -109,27 +111,17 @@ class RegexParser {
   }
 
   char32_t parse_utf8() {
-    const auto c = static_cast<unsigned char>(s_[pos_]);
-    const int len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-    if (len == 0 || pos_ + static_cast<size_t>(len) > s_.size()) fail("invalid UTF-8");
-    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < len; ++i)
-      cp = (cp << 6) | (static_cast<unsigned char>(s_[pos_ + i]) & 0x3F);
-    pos_ += static_cast<size_t>(len);
-    return cp;
+    const tok::CodePoint u = tok::read_utf8(s_.substr(pos_));
+    if (u.len == 0) fail("invalid UTF-8");
+    pos_ += u.len;
+    return u.cp;
   }
 
-  char32_t hex(int n) {
-    char32_t v = 0;
-    for (int i = 0; i < n; ++i) {
-      if (pos_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[pos_])))
-        fail("bad hex escape");
-      const char c = s_[pos_++];
-      v = v * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(c))
-                                             ? c - '0'
-                                             : std::tolower(c) - 'a' + 10);
-    }
-    return v;
+  char32_t hex(int digits) {
+    const auto cp = read_hex_escape(s_, pos_, digits);
+    if (!cp)
+      fail(fmt::format("a hex escape needs {} hex digits naming a Unicode scalar value", digits));
+    return *cp;
   }
 
   // After a backslash: a class escape (into `cls`, returns true) or one code point (`cp`).
@@ -232,13 +224,13 @@ class RegexParser {
       char32_t cp = 0;
       if (parse_escape(cls, neg, cp)) return class_of(std::move(cls), neg);
       std::string b;
-      append_utf8(cp, b);
+      tok::append_utf8(b, cp);
       return Expr::bytes_of(std::move(b));
     }
     if (c == '^' || c == '$') fail("anchors are only supported at the start and end");
     if (c == '*' || c == '+' || c == '?') fail(std::string("'") + c + "' follows nothing");
     std::string b;
-    append_utf8(parse_utf8(), b);
+    tok::append_utf8(b, parse_utf8());
     return Expr::bytes_of(std::move(b));
   }
 

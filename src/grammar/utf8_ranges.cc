@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tokenizer/utf8.h"
+
 namespace mls::grammar {
 namespace {
 
@@ -14,7 +16,7 @@ int encoded_len(char32_t cp) {
 
 std::string encode(char32_t cp) {
   std::string s;
-  append_utf8(cp, s);
+  tok::append_utf8(s, cp);
   return s;
 }
 
@@ -45,24 +47,6 @@ void split_same_len(char32_t lo, char32_t hi, std::vector<ByteSequence>& out) {
 }
 
 }  // namespace
-
-void append_utf8(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 std::vector<std::pair<char32_t, char32_t>> normalise_ranges(
     std::vector<std::pair<char32_t, char32_t>> ranges, bool negated) {

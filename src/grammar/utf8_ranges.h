@@ -22,7 +22,4 @@ std::vector<std::pair<char32_t, char32_t>> normalise_ranges(
 // The byte sequences of [lo, hi] (no surrogates inside), each position a byte range.
 std::vector<ByteSequence> utf8_sequences(char32_t lo, char32_t hi);
 
-// UTF-8 encoding of one code point (no validation beyond the range).
-void append_utf8(char32_t cp, std::string& out);
-
 }  // namespace mls::grammar

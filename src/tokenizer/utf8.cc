@@ -64,6 +64,11 @@ void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
+CodePoint read_utf8(std::string_view s) {
+  const Step st = read_one(s);
+  return st.kind == Step::kValid ? CodePoint{st.cp, st.len} : CodePoint{};
+}
+
 bool is_valid_utf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const Step st = read_one(s.substr(i));

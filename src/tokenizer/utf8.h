@@ -13,6 +13,14 @@ namespace mls::tok {
 // Appends the UTF-8 encoding of code point `cp` to `out`.
 void append_utf8(std::string& out, char32_t cp);
 
+// The well-formed code point at the front of non-empty `s` and its length in bytes; length 0
+// when `s` does not start with one.
+struct CodePoint {
+  char32_t cp = 0;
+  size_t len = 0;
+};
+CodePoint read_utf8(std::string_view s);
+
 // True when `s` is well-formed UTF-8.
 bool is_valid_utf8(std::string_view s);
 

@@ -48,7 +48,7 @@ class DeviceCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return s_->size; }
 
-  void all_reduce(Tensor& x) override {
+  void run_all_reduce(Tensor& x) override {
     const device_reduce::Elem t = elem("all_reduce", x.dtype());
     const int64_t n = x.numel();
     // fp32 sums, held for this call only: meta mode traces the same bytes.
@@ -65,11 +65,7 @@ class DeviceCommunicator final : public Communicator {
       sum_one(acc.raw(), n, x.raw(), t);
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
-    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
-        out.numel() != in.numel() * size())
-      raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size(),
-                        out.str());
+  void run_all_gather(const Tensor& in, Tensor& out) override {
     if (is_meta(out)) return;
     check_local("all_gather", in);
     check_local("all_gather", out);
@@ -80,11 +76,8 @@ class DeviceCommunicator final : public Communicator {
     finish();
   }
 
-  void reduce_scatter(const Tensor& in, Tensor& out) override {
+  void run_reduce_scatter(const Tensor& in, Tensor& out) override {
     const device_reduce::Elem t = elem("reduce_scatter", in.dtype());
-    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
-        in.numel() != out.numel() * size())
-      raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size(), out.str());
     if (is_meta(out)) return;
     check_local("reduce_scatter", in);
     check_local("reduce_scatter", out);
@@ -95,10 +88,8 @@ class DeviceCommunicator final : public Communicator {
     finish();
   }
 
-  void broadcast(Tensor& x, int root) override {
-    if (root < 0 || root >= size()) raise<InvalidArgument>("broadcast from rank {}", root);
+  void run_broadcast(Tensor& x, int root) override {
     if (size() == 1 || is_meta(x)) return;
-    if (!x.is_contiguous()) raise<ShapeError>("broadcast of non-contiguous {}", x.str());
     check_local("broadcast", x);
     publish(x);
     if (rank_ != root) copy(x.raw(), s_->published[root], x.nbytes());
@@ -112,8 +103,6 @@ class DeviceCommunicator final : public Communicator {
   }
 
  private:
-  static bool is_meta(const Tensor& t) { return t.raw() == nullptr && t.numel() > 0; }
-
   void check_local(const char* op, const Tensor& t) const {
     if (t.device() != Device::cuda(device_) || cuda::bound_device() != device_)
       raise<ShapeError>("{}: {} on {} from a thread bound to cuda:{}, but the group is on cuda:{}",

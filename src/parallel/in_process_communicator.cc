@@ -27,11 +27,10 @@ class InProcessCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return s_->size; }
 
-  void all_reduce(Tensor& x) override {
+  void run_all_reduce(Tensor& x) override {
     const int64_t n = x.numel();
     Tensor acc = scratch(Collective::kAllReduce, x.dtype(), n);
     if (size() == 1 || is_meta(x)) return;
-    check_float("all_reduce", x);
     publish(x);
     sum_ranks(x.dtype(), 0, n, acc.data<float>());
     s_->sync.arrive_and_wait();  // everyone has read every input: safe to overwrite ours
@@ -39,11 +38,7 @@ class InProcessCommunicator final : public Communicator {
     s_->sync.arrive_and_wait();
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
-    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
-        out.numel() != in.numel() * size())
-      raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size(),
-                        out.str());
+  void run_all_gather(const Tensor& in, Tensor& out) override {
     if (is_meta(out)) return;
     if (size() == 1) {
       std::memcpy(out.raw(), in.raw(), in.nbytes());
@@ -55,11 +50,7 @@ class InProcessCommunicator final : public Communicator {
     s_->sync.arrive_and_wait();
   }
 
-  void reduce_scatter(const Tensor& in, Tensor& out) override {
-    check_float("reduce_scatter", in);
-    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
-        in.numel() != out.numel() * size())
-      raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size(), out.str());
+  void run_reduce_scatter(const Tensor& in, Tensor& out) override {
     const int64_t n = out.numel();
     Tensor acc = scratch(Collective::kReduceScatter, in.dtype(), n);
     if (is_meta(out)) return;
@@ -73,10 +64,8 @@ class InProcessCommunicator final : public Communicator {
     s_->sync.arrive_and_wait();
   }
 
-  void broadcast(Tensor& x, int root) override {
-    if (root < 0 || root >= size()) raise<InvalidArgument>("broadcast from rank {}", root);
+  void run_broadcast(Tensor& x, int root) override {
     if (size() == 1 || is_meta(x)) return;
-    if (!x.is_contiguous()) raise<ShapeError>("broadcast of non-contiguous {}", x.str());
     publish(x);
     if (rank_ != root) std::memcpy(x.raw(), s_->published[root], x.nbytes());
     s_->sync.arrive_and_wait();
@@ -85,14 +74,6 @@ class InProcessCommunicator final : public Communicator {
   void barrier() override { s_->sync.arrive_and_wait(); }
 
  private:
-  // Meta mode (allocation tracing): tensors have no memory and collectives move nothing.
-  static bool is_meta(const Tensor& t) { return t.raw() == nullptr && t.numel() > 0; }
-
-  void check_float(const char* op, const Tensor& x) const {
-    if (!dtype_is_float(x.dtype()) || !x.is_contiguous())
-      raise<ShapeError>("{}: needs a contiguous float tensor, got {}", op, x.str());
-  }
-
   // Makes x's buffer visible to every rank; returns once all ranks have published.
   void publish(const Tensor& x) {
     s_->published[rank_] = x.raw();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <thread>
 
@@ -94,6 +95,41 @@ TEST(Collectives, MismatchedSizesAreReportedOnEveryRank) {
     }
   });
   EXPECT_EQ(errors.load(), 2);
+}
+
+// The contract is checked before anything moves, whatever the group's size (a breach that a
+// 1-rank group let through would surface only at tensor-parallel sizes > 1).
+TEST(Collectives, ContractBreachesAreRejectedAtAnySize) {
+  for (const int n : {1, 2}) {
+    std::atomic<int> rejected = 0;
+    run_ranks(n, [&](int, Communicator& c) {
+      const auto expect = [&](const std::function<void()>& call, bool invalid_argument = false) {
+        try {
+          call();
+        } catch (const ShapeError&) {
+          rejected += !invalid_argument;
+        } catch (const InvalidArgument&) {
+          rejected += invalid_argument;
+        }
+      };
+      Tensor f = Tensor::zeros({4, 6}, DType::kF32, MemTag::kActivation);
+      Tensor i = Tensor::zeros({4, 6}, DType::kI32, MemTag::kActivation);
+      Tensor cols = f.narrow(1, 0, 3);  // not contiguous
+      Tensor b = Tensor::zeros({4 * n, 6}, DType::kBF16, MemTag::kActivation);
+      Tensor short_out = Tensor::zeros({4 * n - 1, 6}, DType::kF32, MemTag::kActivation);
+      expect([&] { c.all_reduce(i); });
+      expect([&] { c.all_reduce(cols); });
+      expect([&] { c.all_gather(f, b); });  // dtypes differ
+      expect([&] { c.all_gather(f, short_out); });
+      expect([&] { c.all_gather(cols, short_out); });
+      expect([&] { c.reduce_scatter(short_out, f); });
+      expect([&] { c.reduce_scatter(b, f); });
+      expect([&] { c.broadcast(cols, 0); });
+      expect([&] { c.broadcast(f, n); }, true);
+      expect([&] { c.broadcast(f, -1); }, true);
+    });
+    EXPECT_EQ(rejected.load(), 10 * n) << n << " ranks";
+  }
 }
 
 }  // namespace

@@ -49,9 +49,8 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return s_->process * s_->local + local_; }
   int size() const override { return s_->procs * s_->local; }
 
-  void all_reduce(Tensor& x) override {
+  void run_all_reduce(Tensor& x) override {
     if (size() == 1 || is_meta(x)) return;
-    check_float("all_reduce", x);
     const int64_t n = x.numel();
     publish(x);
     exchange_all("all_reduce", x.nbytes());
@@ -61,11 +60,7 @@ class MpiCommunicator final : public Communicator {
     convert_from_f32(acc.data<float>(), x.raw(), x.dtype(), n);
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
-    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
-        out.numel() != in.numel() * size())
-      raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size(),
-                        out.str());
+  void run_all_gather(const Tensor& in, Tensor& out) override {
     if (is_meta(out)) return;
     if (size() == 1) {
       std::memcpy(out.raw(), in.raw(), in.nbytes());
@@ -77,11 +72,7 @@ class MpiCommunicator final : public Communicator {
     std::memcpy(out.raw(), s_->recv.data(), out.nbytes());
   }
 
-  void reduce_scatter(const Tensor& in, Tensor& out) override {
-    check_float("reduce_scatter", in);
-    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype() != out.dtype() ||
-        in.numel() != out.numel() * size())
-      raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size(), out.str());
+  void run_reduce_scatter(const Tensor& in, Tensor& out) override {
     if (is_meta(out)) return;
     if (size() == 1) {
       std::memcpy(out.raw(), in.raw(), in.nbytes());
@@ -100,10 +91,8 @@ class MpiCommunicator final : public Communicator {
     convert_from_f32(acc.data<float>(), out.raw(), out.dtype(), n);
   }
 
-  void broadcast(Tensor& x, int root) override {
-    if (root < 0 || root >= size()) raise<InvalidArgument>("broadcast from rank {}", root);
+  void run_broadcast(Tensor& x, int root) override {
     if (size() == 1 || is_meta(x)) return;
-    if (!x.is_contiguous()) raise<ShapeError>("broadcast of non-contiguous {}", x.str());
     publish(x);
     const int root_process = root / s_->local;
     exchange("broadcast", x.nbytes(), [&] {
@@ -128,17 +117,10 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  static bool is_meta(const Tensor& t) { return t.raw() == nullptr && t.numel() > 0; }
-
   static int count(size_t bytes) {
     if (bytes > static_cast<size_t>(INT_MAX))
       raise<ShapeError>("a collective of {} bytes exceeds one MPI message", bytes);
     return static_cast<int>(bytes);
-  }
-
-  void check_float(const char* op, const Tensor& x) const {
-    if (!dtype_is_float(x.dtype()) || !x.is_contiguous())
-      raise<ShapeError>("{}: needs a contiguous float tensor, got {}", op, x.str());
   }
 
   // Makes x's buffer visible to this process's ranks; returns once all have published.

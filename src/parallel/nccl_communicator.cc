@@ -53,12 +53,12 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(Tensor& x) override {
+  void run_all_reduce(Tensor& x) override {
     const int64_t n = x.numel();
     // fp32 sums of a bf16/f16 reduction, held for this call only: meta mode traces the same bytes.
     Tensor scratch = take_collective_scratch(alloc_, CommKind::kNccl, Collective::kAllReduce,
                                              x.dtype(), n, size_);
-    if (size_ == 1 || meta(x)) return;
+    if (size_ == 1 || is_meta(x)) return;
     if (x.dtype() == DType::kF32) {
       check_nccl(ncclAllReduce(x.raw(), x.raw(), n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclAllReduce");
@@ -72,23 +72,19 @@ class NcclCommunicator final : public Communicator {
     sync();
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
-    if (meta(out)) return;
-    if (out.numel() != in.numel() * size_ || in.dtype() != out.dtype())
-      raise<ShapeError>("all_gather: {} from each of {} ranks into {}", in.str(), size_, out.str());
+  void run_all_gather(const Tensor& in, Tensor& out) override {
+    if (is_meta(out)) return;
     check_nccl(
         ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, stream()),
         "ncclAllGather");
     sync();
   }
 
-  void reduce_scatter(const Tensor& in, Tensor& out) override {
-    if (in.numel() != out.numel() * size_ || in.dtype() != out.dtype())
-      raise<ShapeError>("reduce_scatter: {} over {} ranks into {}", in.str(), size_, out.str());
+  void run_reduce_scatter(const Tensor& in, Tensor& out) override {
     const int64_t n = out.numel();
     Tensor scratch = take_collective_scratch(alloc_, CommKind::kNccl, Collective::kReduceScatter,
                                              in.dtype(), n, size_);
-    if (meta(out)) return;
+    if (is_meta(out)) return;
     if (in.dtype() == DType::kF32) {
       check_nccl(ncclReduceScatter(in.raw(), out.raw(), n, ncclFloat32, ncclSum, comm_, stream()),
                  "ncclReduceScatter");
@@ -102,8 +98,8 @@ class NcclCommunicator final : public Communicator {
     sync();
   }
 
-  void broadcast(Tensor& x, int root) override {
-    if (size_ == 1 || meta(x)) return;
+  void run_broadcast(Tensor& x, int root) override {
+    if (size_ == 1 || is_meta(x)) return;
     check_nccl(ncclBroadcast(x.raw(), x.raw(), x.nbytes(), ncclUint8, root, comm_, stream()),
                "ncclBroadcast");
     sync();
@@ -117,8 +113,6 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  static bool meta(const Tensor& t) { return t.raw() == nullptr && t.numel() > 0; }
-
   void widen(const Tensor& x, float* out, int64_t n) {
     if (x.dtype() != DType::kBF16 && x.dtype() != DType::kF16)
       raise<ShapeError>("NCCL reductions take float tensors, got {}", x.str());

@@ -14,7 +14,7 @@ export const MODEL_NAME = 'tiny-glm5-chat';
 export const SLOWDOWN = Number(process.env.MLASERVE_TEST_SLOWDOWN ?? 1);
 export const MAX_MODEL_LEN = 1024;
 
-function freePort() {
+export function freePort() {
   return new Promise((resolve, reject) => {
     const s = net.createServer();
     s.unref();
@@ -26,6 +26,43 @@ function freePort() {
   });
 }
 
+// Spawns `cmd argv`, a server listening on 127.0.0.1:`port`, and resolves once its /health
+// answers 200 (throwing, with its output, if it exits first or takes longer than `timeoutMs`).
+// exited resolves to { code, signal }; log() is everything it printed so far.
+export async function spawnHealthy(cmd, argv, { port, env = {}, timeoutMs = 30000 }) {
+  const proc = spawn(cmd, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  proc.stdout.on('data', (d) => { log += d; });
+  proc.stderr.on('data', (d) => { log += d; });
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const baseURL = `http://127.0.0.1:${port}`;
+  const what = [path.basename(cmd), ...argv].join(' ');
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`${what} exited during start-up:\n${log}`);
+    try {
+      if ((await fetch(`${baseURL}/health`)).status === 200) break;
+    } catch { /* not listening yet */ }
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`${what} did not become healthy in ${timeoutMs / 1000} s:\n${log}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { proc, exited, baseURL, log: () => log };
+}
+
+// SIGTERM to `pid` (the server's own by default), SIGKILL to `proc` after `graceMs`: how it
+// exited.
+export async function terminate({ proc, exited }, { pid = proc.pid, graceMs = 15000 } = {}) {
+  if (proc.exitCode !== null || proc.signalCode !== null) return exited;
+  process.kill(pid, 'SIGTERM');
+  const timer = setTimeout(() => proc.kill('SIGKILL'), graceMs);
+  const result = await exited;
+  clearTimeout(timer);
+  return result;
+}
+
 // `model` overrides which model directory is served, under what name, and its KV pool.
 export async function startServer(extraArgs = [], env = {},
   model = { dir: MODEL, name: MODEL_NAME, maxModelLen: MAX_MODEL_LEN }) {
@@ -33,37 +70,12 @@ export async function startServer(extraArgs = [], env = {},
   const args = ['serve', model.dir, '--host', '127.0.0.1', '--port', String(port),
     '--served-model-name', model.name, '--max-model-len', String(model.maxModelLen),
     '--kv-cache-memory-bytes', model.kvBytes ?? '64MiB', ...extraArgs];
-  const proc = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  proc.stdout.on('data', (d) => { log += d; });
-  proc.stderr.on('data', (d) => { log += d; });
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  const baseURL = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30000;
-  for (;;) {
-    if (proc.exitCode !== null) throw new Error(`mlaserve exited during start-up:\n${log}`);
-    try {
-      const r = await fetch(`${baseURL}/health`);
-      if (r.status === 200) break;
-    } catch { /* not listening yet */ }
-    if (Date.now() > deadline) {
-      proc.kill('SIGKILL');
-      throw new Error(`mlaserve did not become healthy in 30 s:\n${log}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  const server = await spawnHealthy(BIN, args, { port, env });
   return {
-    baseURL,
-    pid: proc.pid,
-    log: () => log,
-    async stop() {
-      if (proc.exitCode !== null) return { code: proc.exitCode, signal: null };
-      proc.kill('SIGTERM');
-      const timer = setTimeout(() => proc.kill('SIGKILL'), 15000);
-      const result = await exited;
-      clearTimeout(timer);
-      return result;
-    },
+    baseURL: server.baseURL,
+    pid: server.proc.pid,
+    log: server.log,
+    stop: () => terminate(server),
   };
 }
 

@@ -5,31 +5,18 @@
 // a model named by Hugging Face id from a local cache; /load, /v1/models/{id}, /metrics names,
 // --disable-ui and --version.
 import assert from 'node:assert/strict';
-import {spawn, spawnSync} from 'node:child_process';
+import {spawnSync} from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import {test} from 'node:test';
 import {fileURLToPath} from 'node:url';
 
-import {BIN, parsePrometheus, SLOWDOWN} from './harness.mjs';
+import {BIN, freePort, parsePrometheus, SLOWDOWN, spawnHealthy, terminate} from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const DEMO = path.resolve(here, '../../models/demo-glm5');
 const TINY_CHAT = path.resolve(here, '../../models/tiny-glm5-chat');
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.unref();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const {port} = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 // Starts `mlaserve serve ARGS` on 127.0.0.1 with a small CPU KV pool; resolves once /health is
 // 200. The caller's args are the recipe's, model first.
@@ -37,34 +24,11 @@ async function serve(args, env = {}) {
   const port = await freePort();
   const all = ['serve', ...args, '--device', 'cpu', '--host', '127.0.0.1', '--port', String(port),
                '--kv-cache-memory-bytes', '64MiB'];
-  const proc = spawn(BIN, all, {env: {...process.env, ...env}, stdio: ['ignore', 'pipe', 'pipe']});
-  let log = '';
-  proc.stdout.on('data', (d) => { log += d; });
-  proc.stderr.on('data', (d) => { log += d; });
-  const exited = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
-  const baseURL = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 60000;
-  for (;;) {
-    if (proc.exitCode !== null) throw new Error(`serve ${args.join(' ')} exited:\n${log}`);
-    try {
-      if ((await fetch(`${baseURL}/health`)).status === 200) break;
-    } catch { /* not listening yet */ }
-    if (Date.now() > deadline) {
-      proc.kill('SIGKILL');
-      throw new Error(`serve ${args.join(' ')} did not become healthy:\n${log}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  const server = await spawnHealthy(BIN, all, {port, env, timeoutMs: 60000});
   return {
-    baseURL,
-    log: () => log,
-    async stop() {
-      proc.kill('SIGTERM');
-      const timer = setTimeout(() => proc.kill('SIGKILL'), 15000);
-      const code = await exited;
-      clearTimeout(timer);
-      return code;
-    },
+    baseURL: server.baseURL,
+    log: server.log,
+    stop: async () => (await terminate(server)).code,
   };
 }
 

@@ -79,6 +79,24 @@ export async function startServer(extraArgs = [], env = {},
   };
 }
 
+// A streamed chat completion's first choice put back together: its reasoning, content, tool
+// calls ({ id, name, arguments }, by index) and finish reason.
+export async function collectChat(stream) {
+  const out = { reasoning: '', content: '', calls: [], finish: null };
+  for await (const chunk of stream) {
+    const c = chunk.choices[0];
+    if (!c) continue;
+    out.reasoning += c.delta.reasoning_content ?? '';
+    out.content += c.delta.content ?? '';
+    for (const tc of c.delta.tool_calls ?? []) {
+      if (tc.id) out.calls[tc.index] = { id: tc.id, name: tc.function.name, arguments: '' };
+      out.calls[tc.index].arguments += tc.function?.arguments ?? '';
+    }
+    out.finish = c.finish_reason ?? out.finish;
+  }
+  return out;
+}
+
 // Prometheus text format: `# HELP|TYPE ...` comments and `name{labels} value` samples.
 export function parsePrometheus(text) {
   const samples = new Map();

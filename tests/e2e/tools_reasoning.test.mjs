@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { startServer, MODEL_NAME } from './harness.mjs';
+import { collectChat, startServer, MODEL_NAME } from './harness.mjs';
 
 const scripts = {
   glm47: 'Let me check.</think>Sure.<tool_call>get_weather<arg_key>city</arg_key>'
@@ -59,22 +59,8 @@ for (const [parser, script] of Object.entries(scripts)) {
       assert.equal(call.function.name, 'get_weather');
       assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris', days: 2 });
 
-      const stream = await client.chat.completions.create({ ...params, stream: true });
-      let reasoning = '';
-      let content = '';
-      let finish = null;
-      const calls = [];
-      for await (const chunk of stream) {
-        const c = chunk.choices[0];
-        if (!c) continue;
-        reasoning += c.delta.reasoning_content ?? '';
-        content += c.delta.content ?? '';
-        for (const tc of c.delta.tool_calls ?? []) {
-          if (tc.id) calls[tc.index] = { id: tc.id, name: tc.function.name, arguments: '' };
-          calls[tc.index].arguments += tc.function?.arguments ?? '';
-        }
-        finish = c.finish_reason ?? finish;
-      }
+      const { reasoning, content, calls, finish } =
+        await collectChat(await client.chat.completions.create({ ...params, stream: true }));
       assert.equal(finish, 'tool_calls');
       assert.equal(reasoning, 'Let me check.');
       assert.equal(content, 'Sure.');

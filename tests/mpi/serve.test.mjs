@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { collectChat } from '../e2e/harness.mjs';
 import { openaiClient, startServer } from './mpi_harness.mjs';
 
 const OpenAI = await openaiClient();
@@ -53,20 +54,8 @@ test('streamed tool call and tool-result round trip under mpirun -np 2', { skip 
   try {
     const client = new OpenAI({ baseURL: `${srv.baseURL}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
     const messages = [{ role: 'user', content: 'Weather in Paris for two days?' }];
-    const stream = await client.chat.completions.create({ model: 'demo', messages, tools, max_tokens: 200, stream: true });
-    let finish = null;
-    let content = '';
-    const calls = [];
-    for await (const chunk of stream) {
-      const c = chunk.choices[0];
-      if (!c) continue;
-      content += c.delta.content ?? '';
-      for (const tc of c.delta.tool_calls ?? []) {
-        if (tc.id) calls[tc.index] = { id: tc.id, name: tc.function.name, arguments: '' };
-        calls[tc.index].arguments += tc.function?.arguments ?? '';
-      }
-      finish = c.finish_reason ?? finish;
-    }
+    const { content, calls, finish } = await collectChat(
+      await client.chat.completions.create({ model: 'demo', messages, tools, max_tokens: 200, stream: true }));
     assert.equal(finish, 'tool_calls');
     assert.equal(content, 'Sure.');
     assert.equal(calls.length, 1);

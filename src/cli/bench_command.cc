@@ -300,8 +300,7 @@ json layer_types_json(const std::optional<LayerTypeTimes>& times, const io::Mode
 
 json roofline_json(const StepCost& cost, double floor_s, double measured_s,
                    const std::optional<Peaks>& peaks) {
-  if (!peaks)
-    return {{"weight_bytes", cost.weight_bytes},
+  json j = {{"weight_bytes", cost.weight_bytes},
             {"kv_read_bytes", cost.kv_read_bytes},
             {"kv_write_bytes", cost.kv_write_bytes},
             {"bytes", cost.bytes()},
@@ -312,17 +311,12 @@ json roofline_json(const StepCost& cost, double floor_s, double measured_s,
             {"floor_ms", nullptr},
             {"bound", nullptr},
             {"achieved", nullptr}};
-  return {{"weight_bytes", cost.weight_bytes},
-          {"kv_read_bytes", cost.kv_read_bytes},
-          {"kv_write_bytes", cost.kv_write_bytes},
-          {"bytes", cost.bytes()},
-          {"gemm_flops", cost.gemm_flops},
-          {"attention_flops", cost.attention_flops},
-          {"indexer_flops", cost.indexer_flops},
-          {"flops", cost.flops()},
-          {"floor_ms", floor_s * 1e3},
-          {"bound", compute_bound(cost, *peaks) ? "compute" : "memory"},
-          {"achieved", measured_s > 0 ? floor_s / measured_s : 0.0}};
+  if (peaks) {
+    j["floor_ms"] = floor_s * 1e3;
+    j["bound"] = compute_bound(cost, *peaks) ? "compute" : "memory";
+    j["achieved"] = measured_s > 0 ? floor_s / measured_s : 0.0;
+  }
+  return j;
 }
 
 json quantiles_ms(const std::vector<double>& s) {

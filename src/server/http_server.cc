@@ -24,20 +24,6 @@ Reply json_reply(const json& j) {
   return r;
 }
 
-Reply models(const ServingContext& ctx) {
-  json data = json::array();
-  for (const std::string& name : ctx.opts.served_model_names)
-    data.push_back({{"id", name},
-                    {"object", "model"},
-                    {"created", unix_time()},
-                    {"owned_by", "mlaserve"},
-                    {"root", ctx.opts.model_path},
-                    {"parent", nullptr},
-                    {"max_model_len", ctx.max_model_len()},
-                    {"permission", json::array()}});
-  return json_reply({{"object", "list"}, {"data", std::move(data)}});
-}
-
 Reply tokenize(const ServingContext& ctx, const std::string& body) {
   const nlohmann::ordered_json req = parse_json_body(body);
   const auto flag = [&](const char* k, bool def) {
@@ -124,8 +110,8 @@ const Route kRoutes[] = {
     {"POST", "/ping", health, false},
     {"GET", "/version", nullptr, false},
     {"GET", "/metrics", metrics, false},
-    {"GET", "/v1/models", [](ServingContext& ctx, const std::string&) { return models(ctx); },
-     false},
+    {"GET", "/v1/models",
+     [](ServingContext& ctx, const std::string&) { return handle_models(ctx); }, false},
     {"POST", "/v1/completions", handle_completions, true},
     {"POST", "/v1/chat/completions", handle_chat_completions, true},
     {"POST", "/v1/responses", handle_responses, true},

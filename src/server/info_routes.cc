@@ -18,19 +18,37 @@ Reply handle_load(const ServingContext& ctx) {
   return r;
 }
 
+namespace {
+
+// OpenAI's model object, as vLLM fills it.
+json model_card(const ServingContext& ctx, const std::string& id) {
+  return {{"id", id},
+          {"object", "model"},
+          {"created", unix_time()},
+          {"owned_by", "mlaserve"},
+          {"root", ctx.opts.model_path},
+          {"parent", nullptr},
+          {"max_model_len", ctx.max_model_len()},
+          {"permission", json::array()}};
+}
+
+}  // namespace
+
+Reply handle_models(const ServingContext& ctx) {
+  json data = json::array();
+  for (const std::string& name : ctx.opts.served_model_names) data.push_back(model_card(ctx, name));
+  Reply r;
+  r.body = dump_json({{"object", "list"}, {"data", std::move(data)}});
+  return r;
+}
+
 Reply handle_model(const ServingContext& ctx, const std::string& id) {
   ctx.check_model(id);
   if (id.empty()) throw ApiError(404, "The model `` does not exist.", "model");
+  json card = model_card(ctx, id);
+  card["config"] = json(ctx.opts.server_info);
   Reply r;
-  r.body = dump_json({{"id", id},
-                      {"object", "model"},
-                      {"created", unix_time()},
-                      {"owned_by", "mlaserve"},
-                      {"root", ctx.opts.model_path},
-                      {"parent", nullptr},
-                      {"max_model_len", ctx.max_model_len()},
-                      {"permission", json::array()},
-                      {"config", json(ctx.opts.server_info)}});
+  r.body = dump_json(card);
   return r;
 }
 

@@ -1,5 +1,6 @@
-// Read-only routes beside the OpenAI API: GET /load (vLLM's server load), GET /v1/models/{id}
-// (one model card, with the effective configuration) and GET / (the built-in chat page).
+// Read-only routes: GET /load (vLLM's server load), GET /v1/models (the served names' model
+// cards), GET /v1/models/{id} (one card, with the effective configuration) and GET / (the
+// built-in chat page).
 #pragma once
 
 #include <string>
@@ -9,6 +10,7 @@
 namespace mls::server {
 
 Reply handle_load(const ServingContext& ctx);
+Reply handle_models(const ServingContext& ctx);
 // 404 naming the model when `id` is not a served name.
 Reply handle_model(const ServingContext& ctx, const std::string& id);
 // The chat page (src/server/ui/chat.html, embedded at build time); 404 under --disable-ui.

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "server/errors.h"
+#include "server/reply_from_driver.h"
 #include "server/request_driver.h"
 #include "server/sse.h"
 
@@ -529,68 +530,49 @@ namespace {
 
 // The transport pulls a response as it is produced: named SSE events while streaming, else one
 // JSON answer once the request has finished.
-class ResponsesReplySource : public ReplySource {
+class ResponsesReplySource final : public DriverSource {
  public:
   using Keep = std::function<void(const ResponsesResponder&)>;
   ResponsesReplySource(std::shared_ptr<RequestDriver> driver,
                        std::shared_ptr<ResponsesResponder> responder, bool stream, Keep keep)
-      : driver_(std::move(driver)),
+      : DriverSource(std::move(driver), stream),
         responder_(std::move(responder)),
-        stream_(stream),
         keep_(std::move(keep)) {}
 
-  void set_notify(std::function<void()> notify) override { driver_->set_notify(std::move(notify)); }
-
-  bool pull(std::string& out) override {
-    if (done_) return true;
-    events_.clear();
-    try {
-      if (stream_ && !started_) {
-        started_ = true;
-        append(out, responder_->start_events());
-      }
-      const bool more = driver_->poll(events_);
-      const std::vector<json> fed = responder_->feed(events_);
-      if (stream_) append(out, fed);
-      if (more) return false;
-      const std::vector<json> last = responder_->finish_events(driver_->prompt_tokens());
-      if (!stream_) {
-        const json r = responder_->response(driver_->prompt_tokens());
-        if (r["status"] == "failed") throw InternalError(r["error"]["message"].get<std::string>());
-        keep_(*responder_);
-        out += dump_json(r);
-        return done_ = true;
-      }
-      if (last.back()["type"] != "response.failed") keep_(*responder_);
-      append(out, last);
-      return done_ = true;
-    } catch (const std::exception& e) {
-      if (!stream_) throw;
-      out += abort(e.what());
+ private:
+  bool produce(std::string& out) override {
+    if (stream_ && !started_) {
+      started_ = true;
+      append(out, responder_->start_events());
+    }
+    const bool more = poll();
+    const std::vector<json> fed = responder_->feed(events());
+    if (stream_) append(out, fed);
+    if (more) return false;
+    const std::vector<json> last = responder_->finish_events(driver_->prompt_tokens());
+    if (!stream_) {
+      const json r = responder_->response(driver_->prompt_tokens());
+      if (r["status"] == "failed") throw InternalError(r["error"]["message"].get<std::string>());
+      keep_(*responder_);
+      out += dump_json(r);
       return true;
     }
+    if (last.back()["type"] != "response.failed") keep_(*responder_);
+    append(out, last);
+    return true;
   }
 
-  std::string abort(const std::string& reason) override {
-    driver_->abort();
-    if (done_) return {};
-    done_ = true;
-    if (!stream_) return {};
+  std::string stream_error(const std::string& reason) override {
     return sse_named_event("error", responder_->error_event(reason));
   }
 
- private:
   static void append(std::string& out, const std::vector<json>& events) {
     for (const json& e : events) out += sse_named_event(e["type"].get<std::string>(), e);
   }
 
-  std::shared_ptr<RequestDriver> driver_;
   std::shared_ptr<ResponsesResponder> responder_;
-  bool stream_;
   Keep keep_;
   bool started_ = false;
-  bool done_ = false;
-  std::vector<OutputEvent> events_;
 };
 
 }  // namespace

@@ -65,6 +65,7 @@ void append_utf8(std::string& out, char32_t cp) {
 }
 
 CodePoint read_utf8(std::string_view s) {
+  if (s.empty()) return {};
   const Step st = read_one(s);
   return st.kind == Step::kValid ? CodePoint{st.cp, st.len} : CodePoint{};
 }

@@ -13,8 +13,8 @@ namespace mls::tok {
 // Appends the UTF-8 encoding of code point `cp` to `out`.
 void append_utf8(std::string& out, char32_t cp);
 
-// The well-formed code point at the front of non-empty `s` and its length in bytes; length 0
-// when `s` does not start with one.
+// The well-formed code point at the front of `s` and its length in bytes; length 0 when `s`
+// does not start with one (or is empty).
 struct CodePoint {
   char32_t cp = 0;
   size_t len = 0;

@@ -35,6 +35,7 @@ TEST(Utf8, ReadsOneWellFormedCodePoint) {
   EXPECT_EQ(e.cp, U'\u00e9');
   EXPECT_EQ(e.len, 2u);
   EXPECT_EQ(read_utf8("\xF0\x9F\x9A\x80").len, 4u);
+  EXPECT_EQ(read_utf8("").len, 0u);
   for (const char* bad : {"\xC0\x80", "\xED\xA0\x80", "\x80", "\xF0\x9F", "\xF4\x90\x80\x80"})
     EXPECT_EQ(read_utf8(bad).len, 0u) << bad;
 }

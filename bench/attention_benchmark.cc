@@ -114,6 +114,22 @@ Step make_step(const std::vector<int64_t>& ctx, const std::vector<int32_t>& seq,
   return s;
 }
 
+// The step's queries and paged keys: the same fields in the attention's and the indexer's
+// parameters.
+template <class Params>
+void set_step(Params& p, const Step& s) {
+  p.q_pos = s.q_pos;
+  p.block_tables = s.block_tables;
+  p.bt_ld = s.max_blocks;
+  p.num_seqs = s.num_seqs;
+  p.max_blocks = s.max_blocks;
+  p.token_seq = s.token_seq;
+  p.block_size = kBlock;
+  p.num_rows = s.rows;
+  p.key_bound = s.key_bound;
+  p.T = s.T;
+}
+
 void bench_step(cudaStream_t stream, const char* name, const Step& s, int iters, bool decode) {
   const uint16_t* q = random_bf16(static_cast<size_t>(s.T) * kH * kDk, 0.5f, 1);
   const uint16_t* kv = random_bf16(static_cast<size_t>(s.rows) * kDk, 0.5f, 2);
@@ -133,18 +149,9 @@ void bench_step(cudaStream_t stream, const char* name, const Step& s, int iters,
   p.out = out;
   p.o_st = kH * kDv;
   p.o_sh = kDv;
-  p.q_pos = s.q_pos;
+  set_step(p, s);
   p.allowed = s.allowed;
   p.allowed_k = kTopk;
-  p.block_tables = s.block_tables;
-  p.bt_ld = s.max_blocks;
-  p.num_seqs = s.num_seqs;
-  p.max_blocks = s.max_blocks;
-  p.token_seq = s.token_seq;
-  p.block_size = kBlock;
-  p.num_rows = s.rows;
-  p.key_bound = s.key_bound;
-  p.T = s.T;
   p.H = kH;
   p.Hk = 1;
   p.Dk = kDk;
@@ -177,17 +184,8 @@ void bench_step(cudaStream_t stream, const char* name, const Step& s, int iters,
   ip.w = w;
   ip.w_st = kHi;
   ip.w_f32 = true;
-  ip.q_pos = s.q_pos;
+  set_step(ip, s);
   ip.row_len = s.row_len;
-  ip.block_tables = s.block_tables;
-  ip.bt_ld = s.max_blocks;
-  ip.num_seqs = s.num_seqs;
-  ip.max_blocks = s.max_blocks;
-  ip.token_seq = s.token_seq;
-  ip.block_size = kBlock;
-  ip.num_rows = s.rows;
-  ip.key_bound = s.key_bound;
-  ip.T = s.T;
   ip.Hi = kHi;
   ip.Di = kDi;
   ip.topk = kTopk;

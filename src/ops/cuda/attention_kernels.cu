@@ -390,73 +390,84 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// Merges the splits of one (token, head): out = Σ 2^(m_s − M) O_s / Σ 2^(m_s − M) l_s. The
-// loads are latency-bound, so the block's threads split the splits as well as the columns: group
-// g of column lanes sums splits g, g + groups, … and the groups meet in shared memory.
+// Merges the splits of one (token, head): out = Σ 2^(m_s − M) O_s / Σ 2^(m_s − M) l_s. It is a
+// chain of memory latencies (a decode token's 64 heads × 32 splits × 512 floats are 4 MB: one
+// CTA a head took 12 µs on the H200), so a CTA takes one chunk of 32 column units (float4 where
+// Dv allows) of a head, its warps split the splits, and each warp's first kCombinePer loads are
+// in flight before warp 0 has the splits' weights. Splits are summed in a fixed order (each warp
+// its own in turn, then the warps in order): the result depends on the split count only.
 constexpr int kCombineThreads = 256;
+constexpr int kCombineWarps = kCombineThreads / 32;
+constexpr int kCombinePer = 4;
+
+__device__ __forceinline__ float4 load_cols(const float* src, int width) {
+  if (width == 4) return *reinterpret_cast<const float4*>(src);
+  return make_float4(*src, 0.0f, 0.0f, 0.0f);
+}
+
+__device__ __forceinline__ void add_scaled(float4& acc, float w, const float4& x) {
+  acc.x += w * x.x;
+  acc.y += w * x.y;
+  acc.z += w * x.z;
+  acc.w += w * x.w;
+}
 
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const AttentionParams p, int splits, const float* part_o, const float* part_ml) {
   pdl_begin();
-  extern __shared__ float weight[];  // [splits], then [groups][Dv] partial sums
+  extern __shared__ float weight[];  // [splits]
+  __shared__ float4 red[kCombineWarps][32];
   __shared__ float total;
-  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int width = p.Dv % 4 == 0 ? 4 : 1;  // columns per unit
+  const int unit = static_cast<int>(blockIdx.z) * 32 + lane;
+  const bool in = unit * width < p.Dv;
   const int64_t stride = static_cast<int64_t>(p.T) * p.H;
   const int64_t base = static_cast<int64_t>(t) * p.H + h;
-  if (tid < 32) {
+  const float* src = part_o + base * p.Dv + unit * width;
+  const int64_t step = stride * p.Dv;  // between splits
+  float4 x[kCombinePer];
+#pragma unroll
+  for (int i = 0; i < kCombinePer; ++i) {
+    const int s = warp + i * kCombineWarps;
+    x[i] = in && s < splits ? load_cols(src + s * step, width) : make_float4(0, 0, 0, 0);
+  }
+  if (warp == 0) {
     float m = -INFINITY;
-    for (int s = tid; s < splits; s += 32) {
+    for (int s = lane; s < splits; s += 32) {
       const float* ml = part_ml + (s * stride + base) * 2;
       if (ml[1] > 0.0f) m = fmaxf(m, ml[0]);
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     float l = 0.0f;
-    for (int s = tid; s < splits; s += 32) {
+    for (int s = lane; s < splits; s += 32) {
       const float* ml = part_ml + (s * stride + base) * 2;
       weight[s] = ml[1] > 0.0f ? exp2f(ml[0] - m) : 0.0f;
       l += weight[s] * ml[1];
     }
     for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-    if (tid == 0) total = l;
+    if (lane == 0) total = l;
   }
   __syncthreads();
-
-  const int width = p.Dv % 4 == 0 ? 4 : 1;  // columns per lane step (16-byte loads if possible)
-  const int chunks = p.Dv / width;
-  const int lanes = chunks < kCombineThreads ? chunks : kCombineThreads;
-  const int groups = kCombineThreads / lanes;
-  const int grp = tid / lanes, cl = tid % lanes;
-  float* red = weight + splits;  // [groups][Dv]
-  const float* src = part_o + base * p.Dv;
-  const int64_t step = stride * p.Dv;  // between splits
-  if (grp < groups) {
-    for (int c = cl; c < chunks; c += lanes) {
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-      for (int s = grp; s < splits; s += groups) {
-        const float w = weight[s];
-        if (w == 0.0f) continue;
-        if (width == 4) {
-          const float4 x = *reinterpret_cast<const float4*>(src + s * step + c * 4);
-          acc[0] += w * x.x;
-          acc[1] += w * x.y;
-          acc[2] += w * x.z;
-          acc[3] += w * x.w;
-        } else {
-          acc[0] += w * src[s * step + c];
-        }
-      }
-      for (int e = 0; e < width; ++e) red[grp * p.Dv + c * width + e] = acc[e];
-    }
+  // An empty split (weight 0) may hold anything, NaN included: it is skipped, not multiplied.
+  float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+  for (int i = 0; i < kCombinePer; ++i) {
+    const int s = warp + i * kCombineWarps;
+    if (s < splits && weight[s] != 0.0f) add_scaled(acc, weight[s], x[i]);
   }
+  for (int s = warp + kCombinePer * kCombineWarps; in && s < splits; s += kCombineWarps)
+    if (weight[s] != 0.0f) add_scaled(acc, weight[s], load_cols(src + s * step, width));
+  red[warp][lane] = acc;
   __syncthreads();
+  if (warp != 0 || !in) return;
+  float4 sum = red[0][lane];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) add_scaled(sum, 1.0f, red[w][lane]);
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  bf16* dst = static_cast<bf16*>(p.out) + t * p.o_st + h * p.o_sh;
-  for (int col = tid; col < p.Dv; col += kCombineThreads) {
-    float acc = 0.0f;
-    for (int g = 0; g < groups; ++g) acc += red[g * p.Dv + col];
-    dst[col] = __float2bfloat16(acc * inv);
-  }
+  bf16* dst = static_cast<bf16*>(p.out) + t * p.o_st + h * p.o_sh + unit * width;
+  const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+  for (int e = 0; e < width; ++e) dst[e] = __float2bfloat16(v[e] * inv);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -648,8 +659,8 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
     return cudaGetLastError();
   }
   const int width = p.Dv % 4 == 0 ? 4 : 1;
-  const int cgroups = kCombineThreads / std::min(p.Dv / width, kCombineThreads);
-  const size_t csmem = (static_cast<size_t>(plan.splits) + cgroups * p.Dv) * sizeof(float);
+  const unsigned chunks = static_cast<unsigned>((p.Dv / width + 31) / 32);
+  const size_t csmem = static_cast<size_t>(plan.splits) * sizeof(float);
   if (plan.splits > 1) {
     int per_sm = 0;
     e = prepare_kernel(plan.dev, reinterpret_cast<const void*>(combine_kernel), kCombineThreads,
@@ -678,8 +689,8 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
     }
     if (e != cudaSuccess) return e;
     if (plan.splits == 1) continue;
-    launch(combine_kernel, dim3(g.T, p.H), kCombineThreads, csmem, stream, g, plan.splits, part_o,
-           part_ml);
+    launch(combine_kernel, dim3(g.T, p.H, chunks), kCombineThreads, csmem, stream, g, plan.splits,
+           part_o, part_ml);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }

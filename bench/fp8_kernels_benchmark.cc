@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cuda_bench_util.h"
+#include "ops/cuda/fp8_act_kernels.h"
 #include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/cuda/moe_fp8_kernels.h"
 

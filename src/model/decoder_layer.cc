@@ -4,6 +4,7 @@
 #include "model/mlp.h"
 #include "model/moe.h"
 #include "ops/elementwise.h"
+#include "ops/fp8_input.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
 
@@ -41,6 +42,12 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
   const DType dt = k.act;
   Tensor h = Tensor::empty({L, H}, dt, act, a);
   ops::rms_norm(x, w.input_norm, eps, h);
+  // The MLP's input quantised by the post-attention norm for the gate and up weights (the dense
+  // MLP's or the shared experts'), where that input is h itself (not gathered from other ranks).
+  const Tensor* mlp_gate = !c.is_moe(layer)         ? &w.dense.gate
+                           : c.n_shared_experts > 0 ? &w.shared.gate
+                                                    : nullptr;
+  Tensor hq = mlp_gate && !layout.is_sharded() ? ops::fp8_input(L, *mlp_gate, dt, a) : Tensor();
   {
     // Attention half. Its intermediates (the gathered projection, q, the indexer's output)
     // are released at the end of this block, before the MLP allocates.
@@ -67,16 +74,16 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
     Tensor attn = mla.attend(w, step, kv.latent[layer], q, chosen);
     Tensor attn_local = reduce_into_layout(attn, par, layout, a);
     layout.expect(attn_local, "attention output");
-    ops::add_rms_norm(x, attn_local, w.post_attention_norm, eps, h);
+    ops::add_rms_norm(x, attn_local, w.post_attention_norm, eps, h, &hq);
   }
 
   const Tensor h_mlp = gather_from_layout(h, layout, step, par, a);
   MLS_CHECK(h_mlp.dim(0) == N, "MLP input has {} rows for {} tokens", h_mlp.dim(0), N);
   Tensor mlp_out = Tensor::empty({N, H}, dt, act, a);
   if (c.is_moe(layer))
-    moe_forward(c, w, h_mlp, mlp_out, a, step.observer, layer);
+    moe_forward(c, w, h_mlp, mlp_out, a, step.observer, layer, hq);
   else
-    mlp_forward(w.dense, h_mlp, mlp_out, a);
+    mlp_forward(w.dense, h_mlp, mlp_out, a, false, hq);
   Tensor mlp_local = reduce_into_layout(mlp_out, par, layout, a);
   layout.expect(mlp_local, "MLP output");
   ops::add(x, mlp_local, x);

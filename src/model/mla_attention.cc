@@ -24,11 +24,12 @@ void MlaAttention::project(const LayerWeights& w, const StepContext& step, Tenso
   if (indexer) index_q = Tensor::empty({N, c_.index_n_heads * c_.index_head_dim}, dt, act, al);
   if (c_.q_lora_rank > 0) {
     Tensor q_resid = Tensor::empty({N, c_.q_lora_rank}, dt, act, al);
-    ops::rms_norm(a.narrow(1, cols.q, c_.q_lora_rank), w.q_a_norm, 1e-6f, q_resid);
+    Tensor q_resid_q = ops::fp8_input(N, w.q_b_proj, dt, al);
+    ops::rms_norm(a.narrow(1, cols.q, c_.q_lora_rank), w.q_a_norm, 1e-6f, q_resid, &q_resid_q);
     if (indexer)
-      ops::linear_pair(q_resid, w.q_b_proj, q, w.idx_wq_b, index_q);
+      ops::linear_pair(q_resid, w.q_b_proj, q, w.idx_wq_b, index_q, q_resid_q);
     else
-      ops::linear(q_resid, w.q_b_proj, q);
+      ops::linear(q_resid, w.q_b_proj, q, false, q_resid_q);
   } else {
     ops::linear(h, w.q_proj, q);
   }

@@ -7,12 +7,14 @@
 namespace mls {
 
 // out [T, H] = MLP(x [T, H]), using caller-provided gate/up buffers of at least [T, I] rows
-// (views are fine); accumulate adds into out instead.
+// (views are fine); accumulate adds into out instead. xq: x quantised for the gate and up
+// weights, and down_q: the buffer the down projection's input is quantised into
+// (ops::fp8_input), each empty where there is none.
 void mlp_forward_into(const MlpWeights& w, const Tensor& x, Tensor& out, Tensor gate, Tensor up,
-                      bool accumulate = false);
+                      bool accumulate = false, const Tensor& xq = {}, Tensor down_q = {});
 
-// Same, allocating the gate/up buffers (tag activation).
+// Same, allocating the gate/up buffers and down_q (tag activation).
 void mlp_forward(const MlpWeights& w, const Tensor& x, Tensor& out, Allocator& alloc,
-                 bool accumulate = false);
+                 bool accumulate = false, const Tensor& xq = {});
 
 }  // namespace mls

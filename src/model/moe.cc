@@ -13,7 +13,8 @@
 namespace mls {
 
 void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& x, Tensor& out,
-                 Allocator& alloc, const ForwardObserver& observer, int64_t layer) {
+                 Allocator& alloc, const ForwardObserver& observer, int64_t layer,
+                 const Tensor& xq) {
   const auto act = MemTag::kActivation;
   const DType dt = x.dtype();
   const int64_t T = x.dim(0), H = c.hidden_size, E = c.n_routed_experts;
@@ -69,7 +70,7 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
     }
   }
   ops::moe_unpermute(y, dest_row, weights, out);
-  if (c.n_shared_experts > 0) mlp_forward(w.shared, x, out, alloc, true);
+  if (c.n_shared_experts > 0) mlp_forward(w.shared, x, out, alloc, true, xq);
 }
 
 }  // namespace mls

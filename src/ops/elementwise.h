@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ops/dispatch.h"
+#include "ops/fp8_input.h"
 
 namespace mls::ops {
 
@@ -20,9 +21,13 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 void embedding(const Tensor& table, const Tensor& ids, int64_t vocab_start, Tensor& out);
 void scale(const Tensor& a, float alpha, Tensor& out);
 void fill_uniform(Tensor& out, const UniformFill& f);
+// The CPU's activations are never quantised (q is empty there: ops/fp8_input.h).
+inline void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, Tensor*) {
+  silu_mul(gate, up, out);
+}
 }  // namespace cpu
 namespace cuda {
-void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, Tensor* q);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void embedding(const Tensor& table, const Tensor& ids, int64_t vocab_start, Tensor& out);
 void scale(const Tensor& a, float alpha, Tensor& out);
@@ -44,8 +49,16 @@ inline void pointwise_contract(const char* op, const Tensor& a, const Tensor& b,
   c.on_device("a", a);
   c.on_device("b", b);
 }
-inline void silu_mul_contract(const Tensor& gate, const Tensor& up, const Tensor& out) {
+// q, if given and defined: out quantised for block-FP8 linears of out (ops/fp8_input.h), from
+// bf16 gate and up.
+inline void silu_mul_contract(const Tensor& gate, const Tensor& up, const Tensor& out,
+                              const Tensor* q = nullptr) {
   pointwise_contract("silu_mul", gate, up, out);
+  if (!q || !q->defined()) return;
+  const Contract c("silu_mul", out);
+  fp8_input_contract(c, "q", *q, out);
+  c.dtype("gate (with q)", gate, {DType::kBF16});
+  c.dtype("up (with q)", up, {DType::kBF16});
 }
 inline void add_contract(const Tensor& a, const Tensor& b, const Tensor& out) {
   pointwise_contract("add", a, b, out);
@@ -76,8 +89,8 @@ inline void fill_uniform_contract(const Tensor& out, const UniformFill&) {
 }
 
 // out = silu(gate) * up.
-inline void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
-  MLS_DISPATCH(out, silu_mul, gate, up, out);
+inline void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, Tensor* q = nullptr) {
+  MLS_DISPATCH(out, silu_mul, gate, up, out, q);
 }
 // out = a + b (out may alias a).
 inline void add(const Tensor& a, const Tensor& b, Tensor& out) {

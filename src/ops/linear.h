@@ -5,16 +5,26 @@
 #pragma once
 
 #include "ops/dispatch.h"
+#include "ops/fp8_input.h"
 
 namespace mls::ops {
 namespace cpu {
 void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
 void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2);
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
+// The CPU computes from x itself: its activations are never quantised (xq is empty there).
+inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, const Tensor&) {
+  linear(x, w, y, accumulate);
+}
+inline void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2,
+                        const Tensor&) {
+  linear_pair(x, w1, y1, w2, y2);
+}
 }  // namespace cpu
 namespace cuda {
-void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
-void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2);
+void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, const Tensor& xq);
+void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2,
+                 const Tensor& xq);
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y);
 void take_linear_workspace();
 void pad_block_scale(const Tensor& scale, Tensor& padded);
@@ -42,10 +52,10 @@ class SkinnyBf16Linears {
   bool prev_;
 };
 
-// Device scratch of one call: with an FP8 W, the quantised activations and their scales
-// (ops/scratch_sizes.h).
-inline ScratchPlan linear_scratch(const Tensor& x, const Tensor& w) {
-  if (w.dtype() != DType::kFP8E4M3) return {};
+// Device scratch of one call: with an FP8 W and no quantised input given, the quantised
+// activations and their scales (ops/scratch_sizes.h).
+inline ScratchPlan linear_scratch(const Tensor& x, const Tensor& w, const Tensor& xq) {
+  if (w.dtype() != DType::kFP8E4M3 || xq.defined()) return {};
   return {{{scratch::fp8_act_bytes(x.dim(0), w.dim(1)), DType::kFP8E4M3, MemTag::kWorkspace}}};
 }
 
@@ -77,9 +87,13 @@ inline void attach_padded_block_scale(Tensor& w, Allocator& alloc) {
 // x [T, K] and y [T, N] with unit inner stride, W [N, K] contiguous, one device, y apart from
 // x and W. CPU: all f32. GPU: x bf16, y bf16 or f32, W bf16 or block-FP8 with its f32 block
 // scales [ceil(N/128), ceil(K/128)] (and their padded copy where fp8_scale_rows_padded), then y
-// bf16.
-inline void linear_contract(const Tensor& x, const Tensor& w, const Tensor& y, bool = false) {
+// bf16. xq: x quantised (ops/fp8_input.h), with a block-FP8 W only.
+inline void linear_contract(const Tensor& x, const Tensor& w, const Tensor& y, bool = false,
+                            const Tensor& xq = {}) {
   const Contract c("linear", y);
+  fp8_input_contract(c, "xq", xq, x);
+  c.need(!xq.defined() || w.dtype() == DType::kFP8E4M3, "xq", xq, "absent for a {} W",
+         dtype_name(w.dtype()));
   c.rows("x", x, 2);
   c.rows("y", y, 2);
   c.need(w.ndim() == 2 && w.is_contiguous() && w.dim(1) == x.dim(1), "W", w,
@@ -117,9 +131,11 @@ inline void linear_contract(const Tensor& x, const Tensor& w, const Tensor& y, b
          scratch::round_up(KB, 4), padded ? padded->str() : std::string("none"));
 }
 
-// accumulate: y += x·Wᵀ instead of y = x·Wᵀ.
-inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate = false) {
-  MLS_DISPATCH_SCRATCH(y, linear_scratch(x, w), linear, x, w, y, accumulate);
+// accumulate: y += x·Wᵀ instead of y = x·Wᵀ. xq: x already quantised (ops::fp8_input), read
+// instead of quantising x again.
+inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate = false,
+                   const Tensor& xq = {}) {
+  MLS_DISPATCH_SCRATCH(y, linear_scratch(x, w, xq), linear, x, w, y, accumulate, xq);
 }
 
 // Two linears of one input: y1 = x·W1ᵀ and y2 = x·W2ᵀ, each as ops::linear computes it, in
@@ -127,18 +143,25 @@ inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate 
 // and one launch of the decode GEMM for both). Each pair meets linear's contract (the weights'
 // dtypes may differ: a weight whose slice is not whole 128 × 128 blocks stays bf16), and y1 and
 // y2 do not overlap.
+// xq as linear's, for the block-FP8 weights among the two (at least one).
+inline Tensor pair_input(const Tensor& w, const Tensor& xq) {
+  return w.dtype() == DType::kFP8E4M3 ? xq : Tensor();
+}
 inline void linear_pair_contract(const Tensor& x, const Tensor& w1, const Tensor& y1,
-                                 const Tensor& w2, const Tensor& y2) {
-  linear_contract(x, w1, y1);
-  linear_contract(x, w2, y2);
-  Contract("linear_pair", y1).disjoint("y2", y2, "y1", y1);
+                                 const Tensor& w2, const Tensor& y2, const Tensor& xq = {}) {
+  const Contract c("linear_pair", y1);
+  c.need(!xq.defined() || w1.dtype() == DType::kFP8E4M3 || w2.dtype() == DType::kFP8E4M3, "xq", xq,
+         "absent: neither W is block-FP8");
+  linear_contract(x, w1, y1, false, pair_input(w1, xq));
+  linear_contract(x, w2, y2, false, pair_input(w2, xq));
+  c.disjoint("y2", y2, "y1", y1);
 }
 
 // The scratch of one quantisation of x, for whichever weight is block-FP8 (both share it).
-inline void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2,
-                        Tensor& y2) {
-  MLS_DISPATCH_SCRATCH(y1, linear_scratch(x, w1.dtype() == DType::kFP8E4M3 ? w1 : w2), linear_pair,
-                       x, w1, y1, w2, y2);
+inline void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2,
+                        const Tensor& xq = {}) {
+  MLS_DISPATCH_SCRATCH(y1, linear_scratch(x, w1.dtype() == DType::kFP8E4M3 ? w1 : w2, xq),
+                       linear_pair, x, w1, y1, w2, y2, xq);
 }
 
 // Per-head products, one call for all heads b: y[:, b, :] = x[:, b, :] · W[b]ᵀ with

@@ -111,6 +111,11 @@ constexpr int64_t fp8_act_bytes(int64_t T, int64_t K) {
 constexpr bool fp8_cublaslt_tokens(int64_t T) {
   return T > 32 || (T > 8 && T % 4 == 0);
 }
+// The leading tokens of T that cuBLASLt takes when it has an algorithm (whole 128-wide K blocks,
+// a multiple of 4 tokens): their activation scales are laid out for it (ops/fp8_input.h).
+constexpr int64_t fp8_cublaslt_lead(int64_t T, int64_t K) {
+  return fp8_cublaslt_tokens(T) && K % 128 == 0 ? T / 4 * 4 : 0;
+}
 
 // --- MoE alignment --------------------------------------------------------------------------
 // One CTA groups small batches in shared memory; larger ones keep per-chunk expert counts.

@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(V::kGeneric ? 256 : 512) latent_kernel(CacheWr
   T* row = cache_row<T>(p, p.slots[t]);
   if (!row) return;  // likewise
   T* x = static_cast<T*>(p.norm.x) + t * p.norm.x_stride;
-  norm_row::normalise<Mode::kRms, T, T, T, V>(p.norm, x, nullptr, row, smem);
+  norm_row::normalise<Mode::kRms, T, T, T, V>(p.norm, t, x, nullptr, row, smem);
   const int half = p.freqs.half;
   const int32_t pos = p.positions[t];
   const T* k = x + p.norm.n;
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(V::kGeneric ? 256 : 512) indexer_kernel(CacheW
   T* row = dense ? dense : cached;
   if (!row) return;  // likewise
   T* x = static_cast<T*>(p.norm.x) + t * p.norm.x_stride;
-  norm_row::normalise<Mode::kLayer, T, T, T, V>(p.norm, x, nullptr, row, smem);
+  norm_row::normalise<Mode::kLayer, T, T, T, V>(p.norm, t, x, nullptr, row, smem);
   norm_row::row_sync<V::kWarp>();
 
   const int lane = norm_row::row_lane<V>(), threads = norm_row::row_threads<V>();

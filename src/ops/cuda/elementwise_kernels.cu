@@ -3,6 +3,7 @@
 
 #include "ops/cuda/elementwise_kernels.h"
 #include "ops/cuda/launch.cuh"
+#include "ops/cuda/silu.cuh"
 #include "ops/cuda/vec_io.cuh"
 
 namespace mls::ops::cuda::kernels {
@@ -71,7 +72,7 @@ bool aligned(const void* p, size_t bytes) {
 template <Pointwise Op>
 __device__ inline float apply(float a, float b, float alpha) {
   if constexpr (Op == Pointwise::kSiluMul)
-    return a / (1.0f + expf(-a)) * b;
+    return silu_mul_value(a, b);
   else if constexpr (Op == Pointwise::kAdd)
     return a + b;
   else

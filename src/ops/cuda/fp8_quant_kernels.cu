@@ -11,66 +11,6 @@
 namespace mls::ops::cuda::kernels {
 namespace {
 
-constexpr int kQuantBlock = 256;   // 8 warps
-constexpr int kGroupsPerWarp = 4;  // 128-groups of one token per warp, loaded together
-
-// One warp per kGroupsPerWarp consecutive 128-groups of a token; lane l holds elements
-// 4l..4l+3 of each group (one 8-byte load when the row allows it).
-__global__ void quantize_fp8_act_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx, int64_t T,
-                                        int64_t K, int64_t KB, int64_t ldq, int64_t t_lead,
-                                        bool vec, uint8_t* __restrict__ q, float* __restrict__ s) {
-  pdl_begin();
-  const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  const int64_t warps_per_token = (KB + kGroupsPerWarp - 1) / kGroupsPerWarp;
-  const int64_t t = gw / warps_per_token;
-  if (t >= T) return;
-  const int64_t kb0 = gw % warps_per_token * kGroupsPerWarp;
-  const __nv_bfloat16* row = x + t * ldx;
-  float v[kGroupsPerWarp][4];
-#pragma unroll
-  for (int g = 0; g < kGroupsPerWarp; ++g) {
-    const int64_t k0 = (kb0 + g) * 128 + lane * 4;
-    if (vec && k0 + 4 <= K) {
-      const uint2 raw = __ldg(reinterpret_cast<const uint2*>(row + k0));
-      const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-      const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-      v[g][0] = __low2float(lo);
-      v[g][1] = __high2float(lo);
-      v[g][2] = __low2float(hi);
-      v[g][3] = __high2float(hi);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[g][i] = k0 + i < K ? __bfloat162float(row[k0 + i]) : 0.0f;
-    }
-  }
-#pragma unroll
-  for (int g = 0; g < kGroupsPerWarp; ++g) {
-    const int64_t kb = kb0 + g;
-    if (kb >= KB) break;
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[g][i]));
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    // An all-zero group gets scale 1 so that q = x / scale stays 0 rather than NaN.
-    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-    const int64_t k0 = kb * 128 + lane * 4;
-    if (k0 < ldq) {
-      uint32_t packed = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        packed |=
-            static_cast<uint32_t>(__nv_cvt_float_to_fp8(v[g][i] / scale, __NV_SATFINITE, __NV_E4M3))
-            << (8 * i);
-      *reinterpret_cast<uint32_t*>(q + t * ldq + k0) = packed;
-    }
-    if (lane == 0)
-      s[t < t_lead ? kb * t_lead + t : KB * t_lead + kb * (T - t_lead) + (t - t_lead)] = scale;
-  }
-}
-
 __global__ void pad_scale_rows_kernel(const float* __restrict__ src, int64_t rows, int64_t cols,
                                       int64_t ld_dst, float* __restrict__ dst) {
   pdl_begin();
@@ -334,18 +274,6 @@ cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
-
-cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t ldq,
-                                    int64_t t_lead, uint8_t* q, float* s, cudaStream_t stream) {
-  const int64_t KB = (K + 127) / 128;
-  const int64_t warps = T * ((KB + kGroupsPerWarp - 1) / kGroupsPerWarp);
-  if (warps == 0) return cudaSuccess;
-  const int64_t blocks = (warps * 32 + kQuantBlock - 1) / kQuantBlock;
-  const bool vec = ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
-  launch(quantize_fp8_act_kernel, static_cast<unsigned>(blocks), kQuantBlock, 0, stream,
-         static_cast<const __nv_bfloat16*>(x), ldx, T, K, KB, ldq, t_lead, vec, q, s);
-  return cudaGetLastError();
-}
 
 cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, int64_t ld_dst,
                                   float* dst, cudaStream_t stream) {

@@ -1,7 +1,7 @@
-// Kernels behind the FP8 linear: per-token activation quantisation, the weight-scale padding
-// cuBLASLt's 128x128 block-scale mode needs, and our own block-scaled FP8 GEMM for few tokens
-// (decode) and for the shapes cuBLASLt cannot run. Plain launchers: raw pointers, the caller's
-// stream, cudaGetLastError() after the launch.
+// Kernels behind the FP8 linear: the weight-scale padding cuBLASLt's 128x128 block-scale mode
+// needs, and our own block-scaled FP8 GEMM for few tokens (decode) and for the shapes cuBLASLt
+// cannot run (the activations' quantisation: fp8_act_kernels.h). Plain launchers: raw pointers, the
+// caller's stream, cudaGetLastError() after the launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,14 +10,6 @@
 #include <cstdint>
 
 namespace mls::ops::cuda::kernels {
-
-// Activations are quantised per token in groups of 128 along K: scale = amax / 448 (1 for an
-// all-zero group), q = x / scale rounded to e4m3 (saturating). x: bf16 [T, K], row stride ldx.
-// q: e4m3 [T, ldq] with ldq = round_up(K, 16); bytes [K, ldq) are written as zero.
-// Scales (KB = ceil(K/128)): tokens t < t_lead at s[kb * t_lead + t] (cuBLASLt's VEC128 layout,
-// token-major per K block), the rest at s[KB * t_lead + kb * (T - t_lead) + (t - t_lead)].
-cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t ldq,
-                                    int64_t t_lead, uint8_t* q, float* s, cudaStream_t stream);
 
 // dst[r, c] = src[r, c] for c < cols, 0 for cols <= c < ld_dst (src contiguous [rows, cols]).
 cudaError_t launch_pad_scale_rows(const float* src, int64_t rows, int64_t cols, int64_t ld_dst,
@@ -53,7 +45,8 @@ struct Fp8GemmArgs {
 
 // y[t, n] (+)= Σ_kb sx[t, kb] · sw[n/128, kb] · Σ_{k in block kb} xq[t, k] · w[n, k], all in fp32,
 // bf16 out. w: e4m3 [N, K] contiguous; sw: f32 [ceil(N/128), ceil(K/128)] contiguous (the
-// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (x_scale at x_scale_ld).
+// checkpoint layout); xq/x_scale as written by launch_quantize_fp8_act (fp8_act_kernels.h;
+// x_scale at x_scale_ld).
 cudaError_t launch_fp8_gemm_skinny(const Fp8GemmArgs& a, cudaStream_t stream);
 
 }  // namespace mls::ops::cuda::kernels

@@ -6,6 +6,7 @@
 #include "core/cuda_context.h"
 #include "ops/cuda/bf16_gemv_kernels.h"
 #include "ops/cuda/cublaslt_gemm.h"
+#include "ops/cuda/fp8_act_kernels.h"
 #include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/linear.h"
 
@@ -36,20 +37,24 @@ void zero_rows(Tensor& y, int64_t rows, int64_t cols) {
                    "linear: zero output");
 }
 
-// One or two block-FP8 weights of the same input (n = 1 or 2): the input is quantised once and
-// each output computed as a linear of its own weight alone computes it (bitwise; if cuBLASLt
-// had an algorithm for one weight's shape and not the other's, both take our kernel).
-void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n, bool accumulate) {
+// One or two block-FP8 weights of the same input (n = 1 or 2): the input is quantised once (or
+// read quantised from xq) and each output computed as a linear of its own weight alone computes
+// it (bitwise; if cuBLASLt had an algorithm for one weight's shape and not the other's, both take
+// our kernel).
+void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n, bool accumulate,
+                const Tensor& xq) {
   const int64_t T = x.dim(0), K = w[0]->dim(1);
   const int64_t KB = (K + 127) / 128, ldq = scratch::round_up(K, 16);
   const cudaStream_t stream = mls::cuda::stream();
-  Allocator& alloc = mls::cuda::allocator();
-  // The scratch of ops::linear_scratch. The quantised activations and their scales share one
-  // allocation (the scales 16-byte aligned after the e4m3 rows, whose stride is a multiple of
-  // 16).
-  Tensor qbuf =
-      Tensor::empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3, MemTag::kWorkspace, alloc);
-  uint8_t* q = qbuf.data<uint8_t>();
+
+  // The quantised activations and their scales share one allocation (the scales 16-byte
+  // aligned after the e4m3 rows, whose stride is a multiple of 16): xq, or the scratch of
+  // ops::linear_scratch.
+  Tensor qbuf;
+  if (!xq.defined())
+    qbuf = Tensor::empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3, MemTag::kWorkspace,
+                         mls::cuda::allocator());
+  uint8_t* q = (xq.defined() ? xq : qbuf).data<uint8_t>();
   float* xs = reinterpret_cast<float*>(q + T * ldq);
 
   // cuBLASLt's block-scaled GEMM (weights BLK128x128, activations VEC128) needs whole 128-wide
@@ -58,12 +63,19 @@ void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n
   // cuBLASLt wants each row of 128x128 block scales padded to a multiple of 4 floats: a K whose
   // block count is not a multiple of 4 reads the copy padded at load
   // (ops::attach_padded_block_scale; the contract requires it).
+  // Which FP8 linears run cuBLASLt's block-scaled GEMM (its leading multiple of 4 tokens; ours
+  // takes the rest) rather than only our weight-streaming kernel: scratch::fp8_cublaslt_tokens,
+  // measured on the H200 at GLM-5 shapes (ours is faster up to 8 tokens, they are even up to 16
+  // with cuBLASLt ahead on large weights, and above that cuBLASLt wins clearly; a token count
+  // that is not a multiple of 4 costs the cuBLASLt route a second weight pass for the tail,
+  // which only pays past 32 tokens).
+  const int64_t lt_rows = scratch::fp8_cublaslt_lead(T, K);
   LtLinear p[2];
-  bool lt = scratch::fp8_cublaslt_tokens(T) && K % 128 == 0;
+  bool lt = lt_rows > 0;
   for (int i = 0; i < n; ++i) {
     const Tensor* lt_scale =
         fp8_scale_rows_padded(K) ? w[i]->padded_block_scale() : w[i]->block_scale();
-    p[i] = {.m = T / 4 * 4,
+    p[i] = {.m = lt_rows,
             .n = w[i]->dim(0),
             .k = K,
             .x = q,
@@ -80,43 +92,48 @@ void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n
             .w_scale = lt_scale->data<float>()};
     lt = lt && lt_linear_supported(p[i]);
   }
-  // Which FP8 linears run cuBLASLt's block-scaled GEMM (its leading multiple of 4 tokens; ours
-  // takes the rest) rather than only our weight-streaming kernel: scratch::fp8_cublaslt_tokens,
-  // measured on the H200 at GLM-5 shapes (ours is faster up to 8 tokens, they are even up to 16
-  // with cuBLASLt ahead on large weights, and above that cuBLASLt wins clearly; a token count
-  // that is not a multiple of 4 costs the cuBLASLt route a second weight pass for the tail,
-  // which only pays past 32 tokens).
-  const int64_t t_lead = lt ? p[0].m : 0;
-  mls::cuda::check(
-      kernels::launch_quantize_fp8_act(x.raw(), lead(x, T, K), T, K, ldq, t_lead, q, xs, stream),
-      "linear: FP8 activation quantisation");
+  const int64_t t_lead = lt ? lt_rows : 0;  // the tokens cuBLASLt takes
+  // xq's scales are laid out for lt_rows leading tokens (ops/fp8_input.h); ours for t_lead.
+  const int64_t q_lead = xq.defined() ? lt_rows : t_lead;
+  if (!xq.defined())
+    mls::cuda::check(
+        kernels::launch_quantize_fp8_act(x.raw(), lead(x, T, K), T, K, ldq, q_lead, q, xs, stream),
+        "linear: FP8 activation quantisation");
   if (t_lead > 0)
     for (int i = 0; i < n; ++i) lt_linear(p[i]);
-  if (t_lead == T) return;
+
+  // Our kernel on tokens [t0, t1), whose scales lie token-major per K block from `scales`.
   const GemmScratch scratch = gemm_scratch();
-  kernels::Fp8GemmArgs a{.out = {},
-                         .xq = q + t_lead * ldq,
-                         .ldq = ldq,
-                         .x_scale = xs + KB * t_lead,
-                         .x_scale_ld = T - t_lead,
-                         .K = K,
-                         .T = T - t_lead,
-                         .accumulate = accumulate,
-                         .partial = scratch.partial,
-                         .partial_bytes = scratch.partial_bytes,
-                         .counters = scratch.counters,
-                         .num_counters = scratch.num_counters,
-                         .num_sms = scratch.num_sms};
-  for (int i = 0; i < n; ++i) {
-    const int64_t N = w[i]->dim(0), ldy = lead(*y[i], T, N);
-    a.out[i] = {.w = w[i]->data<uint8_t>(),
-                .w_scale = w[i]->block_scale()->data<float>(),
-                .y = static_cast<char*>(y[i]->raw()) +
-                     t_lead * ldy * static_cast<int64_t>(sizeof(uint16_t)),
-                .ldy = ldy,
-                .N = N};
-  }
-  mls::cuda::check(kernels::launch_fp8_gemm_skinny(a, stream), "linear: FP8 GEMM");
+  const auto skinny = [&](int64_t t0, int64_t t1, const float* scales) {
+    kernels::Fp8GemmArgs a{.out = {},
+                           .xq = q + t0 * ldq,
+                           .ldq = ldq,
+                           .x_scale = scales,
+                           .x_scale_ld = t1 - t0,
+                           .K = K,
+                           .T = t1 - t0,
+                           .accumulate = accumulate,
+                           .partial = scratch.partial,
+                           .partial_bytes = scratch.partial_bytes,
+                           .counters = scratch.counters,
+                           .num_counters = scratch.num_counters,
+                           .num_sms = scratch.num_sms};
+    for (int i = 0; i < n; ++i) {
+      const int64_t N = w[i]->dim(0), ldy = lead(*y[i], T, N);
+      a.out[i] = {
+          .w = w[i]->data<uint8_t>(),
+          .w_scale = w[i]->block_scale()->data<float>(),
+          .y = static_cast<char*>(y[i]->raw()) + t0 * ldy * static_cast<int64_t>(sizeof(uint16_t)),
+          .ldy = ldy,
+          .N = N};
+    }
+    mls::cuda::check(kernels::launch_fp8_gemm_skinny(a, stream), "linear: FP8 GEMM");
+  };
+  if (t_lead == T) return;
+  if (q_lead == t_lead) return skinny(t_lead, T, xs + KB * t_lead);
+  // xq laid out for cuBLASLt's tokens, which it had no algorithm for: ours takes both parts.
+  skinny(0, q_lead, xs);
+  skinny(q_lead, T, xs + KB * q_lead);
 }
 
 }  // namespace
@@ -136,7 +153,7 @@ void pad_block_scale(const Tensor& scale, Tensor& padded) {
       "pad FP8 weight scales");
 }
 
-void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
+void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, const Tensor& xq) {
   const bool fp8 = w.dtype() == DType::kFP8E4M3;
   check_devices("linear", y);
   const int64_t T = x.dim(0), N = w.dim(0), K = w.dim(1);
@@ -148,7 +165,7 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   if (fp8) {
     const Tensor* ws[] = {&w};
     Tensor* ys[] = {&y};
-    return linear_fp8(x, ws, ys, 1, accumulate);
+    return linear_fp8(x, ws, ys, 1, accumulate, xq);
   }
   // Few tokens on a small weight, where the model allows it (ops::skinny_bf16_linears_on): the
   // streaming kernel (bf16_gemv_kernels.h says where it wins).
@@ -179,16 +196,17 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
              .accumulate = accumulate});
 }
 
-void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2) {
+void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2,
+                 const Tensor& xq) {
   check_devices("linear_pair", y1);
   if (w1.dtype() != DType::kFP8E4M3 || w2.dtype() != DType::kFP8E4M3 || x.dim(0) == 0 ||
       x.dim(1) == 0 || w1.dim(0) == 0 || w2.dim(0) == 0) {
-    linear(x, w1, y1, false);
-    return linear(x, w2, y2, false);
+    linear(x, w1, y1, false, pair_input(w1, xq));
+    return linear(x, w2, y2, false, pair_input(w2, xq));
   }
   const Tensor* ws[] = {&w1, &w2};
   Tensor* ys[] = {&y1, &y2};
-  linear_fp8(x, ws, ys, 2, false);
+  linear_fp8(x, ws, ys, 2, false, xq);
 }
 
 void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {

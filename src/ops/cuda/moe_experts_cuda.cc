@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "core/cuda_context.h"
+#include "ops/cuda/fp8_act_kernels.h"
 #include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/moe_kernels.h"

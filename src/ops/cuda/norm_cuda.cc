@@ -1,4 +1,5 @@
 #include "core/cuda_context.h"
+#include "ops/cuda/fp8_act_kernels.h"
 #include "ops/cuda/norm_kernels.h"
 #include "ops/norm.h"
 
@@ -20,11 +21,31 @@ kernels::NormRows rows_of(const Tensor& x, const Tensor& w, float eps, Tensor& y
   return p;
 }
 
+// The norm into y, and y quantised into q (defined: ops/fp8_input.h) by the norm kernel itself
+// where it can, else by the FP8 linears' quantisation after it.
+template <class Launch>
+void norm_into(kernels::NormRows p, Tensor* q, Launch launch_norm, const char* op) {
+  const bool quantize = q && q->defined();
+  const int64_t ldq = scratch::round_up(p.n, 16), lead = scratch::fp8_cublaslt_lead(p.rows, p.n);
+  if (quantize && kernels::norm_quantizes(p)) {
+    p.q = q->data<uint8_t>();
+    p.ldq = ldq;
+    p.q_lead = lead;
+  }
+  const cudaStream_t stream = mls::cuda::stream();
+  mls::cuda::check(launch_norm(p, stream), op);
+  if (!quantize || p.q) return;
+  uint8_t* qb = q->data<uint8_t>();
+  mls::cuda::check(
+      kernels::launch_quantize_fp8_act(p.y, p.y_stride, p.rows, p.n, ldq, lead, qb,
+                                       reinterpret_cast<float*>(qb + p.rows * ldq), stream),
+      op);
+}
+
 }  // namespace
 
-void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
-  mls::cuda::check(kernels::launch_rms_norm(rows_of(x, w, eps, y), mls::cuda::stream()),
-                   "rms_norm");
+void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor* q) {
+  norm_into(rows_of(x, w, eps, y), q, kernels::launch_rms_norm, "rms_norm");
 }
 
 void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y) {
@@ -33,12 +54,13 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Te
   mls::cuda::check(kernels::launch_layer_norm(p, mls::cuda::stream()), "layer_norm");
 }
 
-void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) {
+void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y,
+                  Tensor* q) {
   kernels::NormRows p = rows_of(x, w, eps, y);
   p.delta = delta.raw();
   p.delta_stride = delta.stride(0);
   p.delta_dtype = delta.dtype();
-  mls::cuda::check(kernels::launch_add_rms_norm(p, mls::cuda::stream()), "add_rms_norm");
+  norm_into(p, q, kernels::launch_add_rms_norm, "add_rms_norm");
 }
 
 }  // namespace mls::ops::cuda

@@ -17,18 +17,23 @@ __global__ void __launch_bounds__(V::kGeneric ? 256 : 512) norm_kernel(NormRows 
   __shared__ float smem[32];
   const int64_t row = norm_row::row_index<V>();
   if (row >= p.rows) return;  // a whole warp (or block) at once
-  norm_row::normalise<M, TX, TD, TY, V>(p, static_cast<TX*>(p.x) + row * p.x_stride,
+  norm_row::normalise<M, TX, TD, TY, V>(p, row, static_cast<TX*>(p.x) + row * p.x_stride,
                                         static_cast<const TD*>(p.delta) + row * p.delta_stride,
                                         static_cast<TY*>(p.y) + row * p.y_stride, smem);
 }
 
-template <Mode M, class TX, class TD, class TY>
-cudaError_t launch_typed(const NormRows& p, cudaStream_t stream) {
+// The cut of p's rows (the cached path needs every row operand 16-byte aligned).
+norm_row::Cut cut_of(const NormRows& p, Mode m) {
   const bool vec = p.n % 8 == 0 && norm_row::vec_rows(p.x, p.x_stride) &&
                    norm_row::vec_rows(p.y, p.y_stride) && norm_row::aligned16(p.w) &&
-                   (M != Mode::kLayer || norm_row::aligned16(p.b)) &&
-                   (M != Mode::kAddRms || norm_row::vec_rows(p.delta, p.delta_stride));
-  const norm_row::Cut cut = norm_row::Cut::of(p.n, vec);
+                   (m != Mode::kLayer || norm_row::aligned16(p.b)) &&
+                   (m != Mode::kAddRms || norm_row::vec_rows(p.delta, p.delta_stride));
+  return norm_row::Cut::of(p.n, vec);
+}
+
+template <Mode M, class TX, class TD, class TY>
+cudaError_t launch_typed(const NormRows& p, cudaStream_t stream) {
+  const norm_row::Cut cut = cut_of(p, M);
   norm_row::with_variant(cut, [&](auto v) {
     launch(norm_kernel<M, TX, TD, TY, decltype(v)>, cut.grid(p.rows), cut.threads, 0, stream, p);
   });
@@ -65,6 +70,11 @@ cudaError_t dispatch(const NormRows& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool norm_quantizes(const NormRows& p) {
+  return p.n % 128 == 0 && p.y_dtype == DType::kBF16 &&
+         cut_of(p, p.delta ? Mode::kAddRms : Mode::kRms).kind != norm_row::Cut::Kind::kGeneric;
+}
 
 cudaError_t launch_rms_norm(const NormRows& p, cudaStream_t stream) {
   return dispatch<Mode::kRms>(p, stream);

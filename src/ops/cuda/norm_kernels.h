@@ -26,7 +26,16 @@ struct NormRows {
   const float* w = nullptr;
   const float* b = nullptr;  // layer_norm only
   float eps = 0;
+  // rms_norm and add_rms_norm into bf16 y with n % 128 == 0: y also quantised for the FP8
+  // linears, the bytes launch_quantize_fp8_act(y, .., ldq, q_lead, q, scales) writes, scales at
+  // q + rows · ldq (fp8_quant_kernels.h). Null: y only.
+  uint8_t* q = nullptr;
+  int64_t ldq = 0, q_lead = 0;
 };
+
+// Whether the norm kernels quantise y themselves for these rows (else the caller quantises it
+// with launch_quantize_fp8_act after the norm).
+bool norm_quantizes(const NormRows& p);
 
 // y = w · x / sqrt(mean(x²) + eps).
 cudaError_t launch_rms_norm(const NormRows& p, cudaStream_t stream);

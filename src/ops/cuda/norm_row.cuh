@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
+#include "ops/cuda/fp8_act_rows.cuh"
 #include "ops/cuda/norm_kernels.h"
 #include "ops/cuda/vec_io.cuh"
 
@@ -102,12 +104,31 @@ __device__ inline void row_sync() {
     __syncthreads();
 }
 
+// With p.q: token t's pack j of 8 outputs (as stored in y) quantised for the FP8 linears. The 16
+// packs of a 128-group are on the 16 lanes of one half-warp (consecutive packs on consecutive
+// lanes, n % 128 == 0), which take the group's amax together.
+__device__ inline void quantize_pack(const NormRows& p, int64_t t, int j, const float* stored) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(stored[e]));
+  const unsigned half = 0xffffu << (threadIdx.x & 16);
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(half, amax, off));
+  const float scale = fp8_act::group_scale(amax);
+  *reinterpret_cast<uint64_t*>(p.q + t * p.ldq + 8 * j) = fp8_act::pack<8>(stored, scale);
+  if (j % 16 == 0) {
+    float* s = reinterpret_cast<float*>(p.q + p.rows * p.ldq);
+    s[fp8_act::scale_index(t, j / 16, p.rows, p.n / 128, p.q_lead)] = scale;
+  }
+}
+
 // The common path: 16-byte aligned rows with n % 8 == 0, held in registers (P packs of 8 per
 // thread) so that x and delta are read once and x and y written once. A row is one warp's
-// (kWarp, short rows, several rows per block) or one block's. x, d, y: the row's start; p gives
-// n, w, b and eps. smem: 32 floats.
+// (kWarp, short rows, several rows per block) or one block's. x, d, y: the row's start (token t);
+// p gives n, w, b and eps (and q). smem: 32 floats.
 template <Mode M, class TX, class TD, class TY, bool kWarp, int P>
-__device__ inline void cached(const NormRows& p, TX* x, const TD* d, TY* y, float* smem) {
+__device__ inline void cached(const NormRows& p, int64_t t, TX* x, const TD* d, TY* y,
+                              float* smem) {
   const int lane = kWarp ? threadIdx.x % 32 : threadIdx.x;
   const int group = kWarp ? 32 : blockDim.x;
   const int packs = static_cast<int>(p.n / 8);  // at most 2048 on this path
@@ -174,6 +195,13 @@ __device__ inline void cached(const NormRows& p, TX* x, const TD* d, TY* y, floa
       for (int e = 0; e < 8; ++e) out[e] = w[e] * (v[k][e] * inv);
     }
     store8(y + 8 * j, out);
+    if constexpr (M != Mode::kLayer && std::is_same_v<TY, bf16>) {
+      if (p.q) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] = round_to<TY>(out[e]);
+        quantize_pack(p, t, j, out);
+      }
+    }
   }
 }
 
@@ -293,13 +321,15 @@ __device__ inline int row_threads() {
   return V::kWarp ? 32 : blockDim.x;
 }
 
-// Normalises the row at x (with d) into y under variant V.
+// Normalises token t's row at x (with d) into y under variant V (quantising it where
+// norm_quantizes).
 template <Mode M, class TX, class TD, class TY, class V>
-__device__ inline void normalise(const NormRows& p, TX* x, const TD* d, TY* y, float* smem) {
+__device__ inline void normalise(const NormRows& p, int64_t t, TX* x, const TD* d, TY* y,
+                                 float* smem) {
   if constexpr (V::kGeneric)
     generic<M, TX, TD, TY>(p, x, d, y, smem);
   else
-    cached<M, TX, TD, TY, V::kWarp, V::P>(p, x, d, y, smem);
+    cached<M, TX, TD, TY, V::kWarp, V::P>(p, t, x, d, y, smem);
 }
 
 }  // namespace mls::ops::cuda::kernels::norm_row

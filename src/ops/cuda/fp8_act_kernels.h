@@ -1,0 +1,25 @@
+// The quantisation of the FP8 linears' activations (the arithmetic: fp8_act_rows.cuh). Plain
+// launchers: raw pointers, the caller's stream, cudaGetLastError() after the launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mls::ops::cuda::kernels {
+
+// Activations are quantised per token in groups of 128 along K: scale = amax / 448 (1 for an
+// all-zero group), q = x / scale rounded to e4m3 (saturating). x: bf16 [T, K], row stride ldx.
+// q: e4m3 [T, ldq] with ldq = round_up(K, 16); bytes [K, ldq) are written as zero.
+// Scales (KB = ceil(K/128)): tokens t < t_lead at s[kb * t_lead + t] (cuBLASLt's VEC128 layout,
+// token-major per K block), the rest at s[KB * t_lead + kb * (T - t_lead) + (t - t_lead)].
+cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t ldq,
+                                    int64_t t_lead, uint8_t* q, float* s, cudaStream_t stream);
+// out = silu(gate) · up in bf16 (gate, up, out bf16 [T, K] at their row strides; out may alias
+// gate or up), as ops::silu_mul computes it, and out quantised as launch_quantize_fp8_act would
+// quantise it, in one pass.
+cudaError_t launch_silu_mul_quantize(const void* gate, int64_t ldg, const void* up, int64_t ldu,
+                                     void* out, int64_t ldo, int64_t T, int64_t K, int64_t ldq,
+                                     int64_t t_lead, uint8_t* q, float* s, cudaStream_t stream);
+
+}  // namespace mls::ops::cuda::kernels

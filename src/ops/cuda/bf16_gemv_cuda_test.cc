@@ -3,7 +3,8 @@
 // against the CPU op on the same bf16-rounded inputs, at the tolerances of linear_cuda_test.cc: a
 // bf16 output is the fp32 result rounded to bf16 (rel-L2 <= 4e-3); an f32 output differs only by
 // the fp32 summation order (rel-L2 <= 2e-5). And a token's output bitwise the same alone as in a
-// batch.
+// batch. The same for the per-head kernel (MLA's absorbed key and value projections), which
+// ops::linear_batched takes for one token.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -103,6 +104,78 @@ TEST(Bf16GemvCuda, ATokensOutputIsTheSameAloneAndInABatch) {
         ASSERT_EQ(alone.data<float>()[n], batch.data<float>()[t * N + n]) << "token " << t;
         ASSERT_EQ(pair.data<float>()[(t - t0) * N + n], batch.data<float>()[t * N + n])
             << "token " << t;
+      }
+    }
+  }
+}
+
+// The per-head kernel on the GPU: x [T, B, K] as a head-strided view of a wider row (as MLA's
+// q_nope is a narrow of q), W [B, N, K] as given, y [T, B, N]. Launched directly:
+// ops::linear_batched routes only one token to it.
+Tensor gpu_linear_batched(const Tensor& x, const Tensor& w_dev, DType y_dtype) {
+  const int64_t T = x.dim(0), B = x.dim(1), K = x.dim(2), pad = 64;
+  Tensor xw = random({T, B, K + pad}, 78);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(xw.data<float>() + (t * B + b) * (K + pad), x.data<float>() + (t * B + b) * K,
+                  K * sizeof(float));
+  const Tensor xw_dev = to_gpu(xw);
+  const Tensor x_dev = xw_dev.narrow(2, 0, K);
+  Tensor y_dev = to_gpu(random({T, B, w_dev.dim(1)}, 79), y_dtype);
+  const kernels::Bf16GemvBatchedArgs g{.x = x_dev.raw(),
+                                       .x_st = x_dev.stride(0),
+                                       .x_sb = x_dev.stride(1),
+                                       .w = w_dev.raw(),
+                                       .w_sb = w_dev.stride(0),
+                                       .w_sn = w_dev.stride(1),
+                                       .y = y_dev.raw(),
+                                       .y_st = y_dev.stride(0),
+                                       .y_sb = y_dev.stride(1),
+                                       .y_f32 = y_dtype == DType::kF32,
+                                       .B = static_cast<int>(B),
+                                       .N = static_cast<int>(w_dev.dim(1)),
+                                       .K = static_cast<int>(K),
+                                       .T = static_cast<int>(T)};
+  EXPECT_TRUE(kernels::bf16_gemv_batched_applies(g)) << "T " << T << " B " << B << " K " << K;
+  ::mls::cuda::check(kernels::launch_bf16_gemv_batched(g, ::mls::cuda::stream()), "batched GEMV");
+  return to_cpu(y_dev);
+}
+
+TEST(Bf16GemvCuda, BatchedMatchesTheCpuOpAndATokenIsTheSameAlone) {
+  MLS_REQUIRE_GPU();
+  struct Shape3 {
+    int64_t B, N, K;
+  };
+  uint32_t seed = 40;
+  // GLM-5's absorbed key (64 × [512 × 192]) and value (64 × [256 × 512]) projections, a row
+  // count that leaves a CTA partly empty, and K of one chunk.
+  for (const Shape3 sh : {Shape3{64, 512, 192}, Shape3{64, 256, 512}, Shape3{3, 45, 8}}) {
+    const Tensor w = round_bf16(random({sh.B, sh.N, sh.K}, seed++, 0.05f));
+    const Tensor w_dev = to_gpu(w);
+    const int64_t T = kernels::kBf16GemvMaxTokens;
+    const Tensor x = round_bf16(random({T, sh.B, sh.K}, seed++));
+    for (DType y_dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(testing::Message() << "B " << sh.B << " N " << sh.N << " K " << sh.K << " y "
+                                      << dtype_name(y_dtype));
+      const Tensor got = gpu_linear_batched(x, w_dev, y_dtype);
+      Tensor want = Tensor::empty({T, sh.B, sh.N}, DType::kF32, MemTag::kActivation);
+      cpu::linear_batched(x, w, want);
+      EXPECT_LE(rel_l2(got, want), y_dtype == DType::kBF16 ? kBf16OutTol : kF32OutTol);
+      for (int64_t t : {int64_t{0}, T - 1}) {
+        Tensor xt = Tensor::empty({1, sh.B, sh.K}, DType::kF32, MemTag::kActivation);
+        std::memcpy(xt.data<float>(), x.data<float>() + t * sh.B * sh.K, xt.nbytes());
+        const Tensor alone = gpu_linear_batched(xt, w_dev, y_dtype);
+        ASSERT_EQ(
+            std::memcmp(alone.data<float>(), got.data<float>() + t * sh.B * sh.N, alone.nbytes()),
+            0)
+            << "token " << t;
+        // ops::linear_batched routes one token to the kernel where skinny linears are on.
+        const SkinnyBf16Linears on(true);
+        Tensor routed = to_gpu(random({1, sh.B, sh.N}, 80), y_dtype);
+        ops::linear_batched(to_gpu(xt), w_dev, routed);
+        const Tensor r = to_cpu(routed);
+        EXPECT_EQ(std::memcmp(r.data<float>(), alone.data<float>(), r.nbytes()), 0)
+            << "linear_batched of token " << t;
       }
     }
   }

@@ -1,8 +1,10 @@
-// The few-token bf16 GEMM (bf16_gemv_kernels.h). A CTA of 256 threads owns kRows rows of W; its
+// The few-token bf16 GEMMs (bf16_gemv_kernels.h). A CTA of 256 threads owns kRows rows of W; its
 // threads take 16-byte chunks of K (8 values) in turn, kUnroll chunks per row loaded before any
 // arithmetic (the loads in flight are what streams W), and keep kRows × T fp32 sums. The sums
 // are reduced over the warp by shuffles and over the CTA's warps in warp order: a fixed order
-// that T does not change, so a token's output is the same alone or in a batch.
+// that T does not change, so a token's output is the same alone or in a batch. The batched
+// kernel gives each row of W 8 lanes (per-head K is short: 192 or 512) and reduces them by a
+// fixed shuffle tree.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -99,6 +101,70 @@ __global__ void __launch_bounds__(kThreads) bf16_gemv_kernel(const Bf16GemvArgs 
   }
 }
 
+constexpr int kRowLanes = 8;                        // lanes sharing a row of W
+constexpr int kBatchedRows = kThreads / kRowLanes;  // rows of W a CTA of the batched kernel
+constexpr int kBatchedUnroll = 4;                   // chunks per lane loaded before arithmetic
+
+template <int T>
+__global__ void __launch_bounds__(kThreads) bf16_gemv_batched_kernel(const Bf16GemvBatchedArgs a) {
+  pdl_begin();
+  const int b = blockIdx.y;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kBatchedRows + threadIdx.x / kRowLanes;
+  const int sub = threadIdx.x % kRowLanes;
+  const int chunks = a.K / 8;
+  const bool row_ok = n < a.N;
+  const auto* w = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.w) +
+                                                 b * a.w_sb + (row_ok ? n : 0) * a.w_sn);
+  const auto* x = static_cast<const __nv_bfloat16*>(a.x) + b * a.x_sb;
+  float acc[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+  for (int base = 0; base < chunks; base += kRowLanes * kBatchedUnroll) {
+    uint4 wv[kBatchedUnroll];
+#pragma unroll
+    for (int u = 0; u < kBatchedUnroll; ++u) {
+      const int c = base + u * kRowLanes + sub;
+      wv[u] = row_ok && c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatchedUnroll; ++u) {
+      const int c = base + u * kRowLanes + sub;
+      if (c >= chunks) break;
+      float wf[8];
+      to_f32(wv[u], wf);
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        float xf[8];
+        to_f32(__ldg(reinterpret_cast<const uint4*>(x + t * a.x_st) + c), xf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[t] = __fmaf_rn(xf[j], wf[j], acc[t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int o = kRowLanes / 2; o > 0; o >>= 1)
+      acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], o));
+  if (sub != 0 || !row_ok) return;
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    const int64_t at = t * a.y_st + b * a.y_sb + n;
+    if (a.y_f32)
+      static_cast<float*>(a.y)[at] = acc[t];
+    else
+      static_cast<__nv_bfloat16*>(a.y)[at] = __float2bfloat16_rn(acc[t]);
+  }
+}
+
+template <int T>
+cudaError_t launch_batched_t(const Bf16GemvBatchedArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned int>((a.N + kBatchedRows - 1) / kBatchedRows),
+                  static_cast<unsigned int>(a.B));
+  launch(bf16_gemv_batched_kernel<T>, grid, kThreads, 0, stream, a);
+  return cudaGetLastError();
+}
+
 template <int T>
 cudaError_t launch_t(const Bf16GemvArgs& a, cudaStream_t stream) {
   const auto ctas = static_cast<unsigned int>((a.N + kRows - 1) / kRows);
@@ -127,6 +193,29 @@ cudaError_t launch_bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {
       return launch_t<7>(a, stream);
     case 8:
       return launch_t<8>(a, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_bf16_gemv_batched(const Bf16GemvBatchedArgs& a, cudaStream_t stream) {
+  switch (a.T) {
+    case 1:
+      return launch_batched_t<1>(a, stream);
+    case 2:
+      return launch_batched_t<2>(a, stream);
+    case 3:
+      return launch_batched_t<3>(a, stream);
+    case 4:
+      return launch_batched_t<4>(a, stream);
+    case 5:
+      return launch_batched_t<5>(a, stream);
+    case 6:
+      return launch_batched_t<6>(a, stream);
+    case 7:
+      return launch_batched_t<7>(a, stream);
+    case 8:
+      return launch_batched_t<8>(a, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -220,6 +220,26 @@ void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
     }
     return;
   }
+  // One token, where the model allows it (ops::skinny_bf16_linears_on): the streaming kernel
+  // (bf16_gemv_kernels.h says where it wins).
+  const kernels::Bf16GemvBatchedArgs g{.x = x.raw(),
+                                       .x_st = x.stride(0),
+                                       .x_sb = x.stride(1),
+                                       .w = w.raw(),
+                                       .w_sb = w.stride(0),
+                                       .w_sn = w.stride(1),
+                                       .y = y.raw(),
+                                       .y_st = y.stride(0),
+                                       .y_sb = y.stride(1),
+                                       .y_f32 = y.dtype() == DType::kF32,
+                                       .B = static_cast<int>(B),
+                                       .N = static_cast<int>(N),
+                                       .K = static_cast<int>(K),
+                                       .T = static_cast<int>(T)};
+  if (skinny_bf16_linears_on && T <= kernels::kBf16GemvBatchedRouteTokens && B <= 65535 &&
+      N <= INT32_MAX && K <= INT32_MAX && kernels::bf16_gemv_batched_applies(g))
+    return mls::cuda::check(kernels::launch_bf16_gemv_batched(g, mls::cuda::stream()),
+                            "linear_batched: bf16 GEMV");
   lt_linear({.m = T,
              .n = N,
              .k = K,

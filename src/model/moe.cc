@@ -36,22 +36,23 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
   Tensor offsets = Tensor::empty({E + 1}, DType::kI32, act, alloc);
   ops::moe_align(ids, E, src_token, dest_row, offsets);
   const int64_t I = w.experts[0].gate.dim(0);
-  Tensor xin = Tensor::empty({T * K, H}, dt, act, alloc);
   Tensor y = Tensor::empty({T * K, H}, dt, act, alloc);
-  ops::gather_rows(x, src_token, xin);
   if (ops::moe_experts_grouped(w.expert_table)) {
-    // Every expert in one launch per projection, from the device-side offsets.
+    // Every expert in one launch per projection, from the device-side offsets; the rows are
+    // gathered from x as they are quantised.
     Tensor h = Tensor::empty({T * K, I}, dt, act, alloc);
     const MlpWeights& e0 = w.experts[0];
-    ops::moe_experts_fp8(xin, offsets, w.expert_table,
+    ops::moe_experts_fp8(x, src_token, offsets, w.expert_table,
                          {.hidden = H,
                           .inter = I,
                           .gate_up_scale_ld = e0.gate.block_scale()->stride(0),
                           .down_scale_ld = e0.down.block_scale()->stride(0)},
                          h, y);
   } else {
-    // bf16 experts. The busiest expert can take every token, so the gate/up buffers have T rows;
-    // real runs and meta-mode traces allocate the same bytes.
+    // bf16 experts on their permuted rows. The busiest expert can take every token, so the
+    // gate/up buffers have T rows; real runs and meta-mode traces allocate the same bytes.
+    Tensor xin = Tensor::empty({T * K, H}, dt, act, alloc);
+    ops::gather_rows(x, src_token, xin);
     Tensor gate = Tensor::empty({T, I}, dt, act, alloc);
     Tensor up = Tensor::empty({T, I}, dt, act, alloc);
     if (offsets.raw()) {

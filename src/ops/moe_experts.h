@@ -3,8 +3,8 @@
 // down), each expert's rows read from the device-side offsets, so a step never waits on the
 // host for expert counts and launches no per-expert work. Steps of up to
 // scratch::kMoeSkinnyMaxPairs rows run a batch-invariant skinny kernel, larger ones (prefill) a
-// tensor-core (wgmma) kernel. Rows are quantised to e4m3 per token
-// group of 128 on the way, as ops::linear does for FP8 weights.
+// tensor-core (wgmma) kernel. Each row is gathered from its token and quantised to e4m3 per
+// group of 128 in one pass, as ops::linear quantises for FP8 weights.
 #pragma once
 
 #include <utility>
@@ -35,8 +35,8 @@ namespace cuda {
 // Which grouped kernel runs: by the step's rows (kAuto, what the op does), or one forced (tests
 // compare the two on the same rows).
 enum class ExpertKernel { kAuto, kSkinny, kTensorCores };
-void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
-                     const ExpertShapes& s, Tensor& h, Tensor& y,
+void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tensor& offsets,
+                     const Tensor& table, const ExpertShapes& s, Tensor& h, Tensor& y,
                      ExpertKernel kernel = ExpertKernel::kAuto);
 }  // namespace cuda
 
@@ -45,16 +45,19 @@ inline bool moe_experts_grouped(const Tensor& table) {
   return table.defined();
 }
 
-// x: bf16 [R, hidden], the permuted rows; offsets: i32 [E + 1] (ops::moe_align); h: bf16
-// [R, inter] (the SwiGLU outputs, caller-owned); y: bf16 [R, hidden], row r = expert(r)'s MLP of
-// x[r]. Rows past offsets[E] (dropped pairs) are left as they are.
-inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& offsets, const Tensor& table,
+// x: bf16 [T, hidden], the tokens; src_token: i32 [R], row r's token (ops::moe_align's, −1 past
+// offsets[E]); offsets: i32 [E + 1] (ops::moe_align); h: bf16 [R, inter] (the SwiGLU outputs,
+// caller-owned); y: bf16 [R, hidden], row r = expert(r)'s MLP of x[src_token[r]]. Rows past
+// offsets[E] (dropped pairs) are left as they are.
+inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& src_token,
+                                     const Tensor& offsets, const Tensor& table,
                                      const ExpertShapes& s, const Tensor& h, const Tensor& y) {
   const Contract c("moe_experts_fp8", y);
-  const int64_t R = x.dim(0), E = offsets.numel() - 1;
+  const int64_t R = y.dim(0), E = offsets.numel() - 1;
   c.rows("x", x, 2);
   c.need(x.dim(1) == s.hidden && s.hidden % 16 == 0 && s.inter % 16 == 0, "x", x,
-         "[R, {}] (hidden and inter {}: multiples of 16)", s.hidden, s.inter);
+         "[T, {}] (hidden and inter {}: multiples of 16)", s.hidden, s.inter);
+  c.index("src_token", src_token, R);
   c.rows("h", h, 2);
   c.need(h.dim(0) == R && h.dim(1) == s.inter, "h", h, "[{}, {}]", R, s.inter);
   c.rows("y", y, 2);
@@ -73,22 +76,22 @@ inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& offsets, con
   c.on_device("table", table);
 }
 
-inline void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
-                            const ExpertShapes& s, Tensor& h, Tensor& y) {
+inline void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tensor& offsets,
+                            const Tensor& table, const ExpertShapes& s, Tensor& h, Tensor& y) {
   if (y.device().is_cpu())
     raise<Unsupported>("moe_experts_fp8 runs FP8 experts on a GPU; {} is on {}", y.str(),
                        y.device().str());
-  moe_experts_fp8_contract(x, offsets, table, s, h, y);
+  moe_experts_fp8_contract(x, src_token, offsets, table, s, h, y);
   if (is_meta(y)) {
-    if (x.dim(0) > 0)
+    if (y.dim(0) > 0)
       trace_scratch(
-          y, {{{scratch::moe_experts_fp8_bytes(x.dim(0), s.hidden, s.inter, offsets.numel() - 1),
+          y, {{{scratch::moe_experts_fp8_bytes(y.dim(0), s.hidden, s.inter, offsets.numel() - 1),
                 DType::kFP8E4M3, MemTag::kWorkspace},
                {}}});
     return;
   }
 #ifdef MLASERVE_CUDA
-  cuda::moe_experts_fp8(x, offsets, table, s, h, y);
+  cuda::moe_experts_fp8(x, src_token, offsets, table, s, h, y);
 #else
   raise<Unsupported>("moe_experts_fp8: this build has no CUDA backend");
 #endif

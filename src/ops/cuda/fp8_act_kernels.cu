@@ -13,11 +13,13 @@ namespace {
 constexpr int kQuantBlock = 256;   // 8 warps
 constexpr int kGroupsPerWarp = 4;  // 128-groups of one token per warp, loaded together
 
-// Where the quantised values come from: x itself, or silu(gate) · up (x is gate), which the
-// kernel also writes to `out` in bf16 exactly as ops::silu_mul does, and quantises as stored.
+// Where the quantised values come from: x itself (row t, or row rows[t] when given: a negative
+// index is a zero row), or silu(gate) · up (x is gate), which the kernel also writes to `out` in
+// bf16 exactly as ops::silu_mul does, and quantises as stored.
 struct QuantSource {
   const __nv_bfloat16* x;
   int64_t ldx;
+  const int32_t* rows = nullptr;
   const __nv_bfloat16* up = nullptr;
   int64_t ldu = 0;
   __nv_bfloat16* out = nullptr;
@@ -54,11 +56,12 @@ __global__ void quantize_fp8_act_kernel(const QuantSource src, int64_t T, int64_
   const int64_t t = gw / warps_per_token;
   if (t >= T) return;
   const int64_t kb0 = gw % warps_per_token * kGroupsPerWarp;
+  const int64_t row = src.rows ? src.rows[t] : t;
   float v[kGroupsPerWarp][4];
 #pragma unroll
   for (int g = 0; g < kGroupsPerWarp; ++g) {
     const int64_t k0 = (kb0 + g) * 128 + lane * 4;
-    load4(src.x + t * src.ldx, k0, K, vec, v[g]);
+    load4(src.x + row * src.ldx, k0, row < 0 ? 0 : K, vec, v[g]);
     if constexpr (kSilu) {
       float u[4];
       load4(src.up + t * src.ldu, k0, K, vec, u);
@@ -111,6 +114,14 @@ cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64
                                     int64_t t_lead, uint8_t* q, float* s, cudaStream_t stream) {
   return launch_quantize<false>({.x = static_cast<const __nv_bfloat16*>(x), .ldx = ldx}, T, K, ldq,
                                 t_lead, q, s, stream);
+}
+
+cudaError_t launch_quantize_fp8_act_rows(const void* x, int64_t ldx, const int32_t* rows, int64_t T,
+                                         int64_t K, int64_t ldq, int64_t t_lead, uint8_t* q,
+                                         float* s, cudaStream_t stream) {
+  return launch_quantize<false>(
+      {.x = static_cast<const __nv_bfloat16*>(x), .ldx = ldx, .rows = rows}, T, K, ldq, t_lead, q,
+      s, stream);
 }
 
 cudaError_t launch_silu_mul_quantize(const void* gate, int64_t ldg, const void* up, int64_t ldu,

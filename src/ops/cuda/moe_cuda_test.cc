@@ -424,17 +424,16 @@ GroupedRun run_grouped(const Fp8Experts& ex, const Tensor& x_host, const Tensor&
   Tensor src = gpu_empty({T * K}, DType::kI32), dest = gpu_empty({T, K}, DType::kI32);
   Tensor off = gpu_empty({E + 1}, DType::kI32);
   moe_align(to_gpu(ids_host, DType::kI32), E, src, dest, off);
-  Tensor xin = gpu_empty({T * K, H}, DType::kBF16);
-  gather_rows(to_gpu(x_host), src, xin);
+  const Tensor x = to_gpu(x_host);
   Tensor h = gpu_empty({T * K, I}, DType::kBF16), y = gpu_empty({T * K, H}, DType::kBF16);
   const ExpertShapes s{.hidden = H,
                        .inter = I,
                        .gate_up_scale_ld = (H + 127) / 128,
                        .down_scale_ld = (I + 127) / 128};
   if (kernel == cuda::ExpertKernel::kAuto)
-    moe_experts_fp8(xin, off, ex.table, s, h, y);
+    moe_experts_fp8(x, src, off, ex.table, s, h, y);
   else
-    cuda::moe_experts_fp8(xin, off, ex.table, s, h, y, kernel);
+    cuda::moe_experts_fp8(x, src, off, ex.table, s, h, y, kernel);
   return {to_cpu(y), to_cpu(src), to_cpu(dest)};
 }
 

@@ -10,9 +10,10 @@
 
 namespace mls::ops::cuda {
 
-void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table,
-                     const ExpertShapes& s, Tensor& h, Tensor& y, ExpertKernel kernel) {
-  const int64_t R = x.dim(0), H = s.hidden, I = s.inter, E = offsets.numel() - 1;
+void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tensor& offsets,
+                     const Tensor& table, const ExpertShapes& s, Tensor& h, Tensor& y,
+                     ExpertKernel kernel) {
+  const int64_t R = y.dim(0), H = s.hidden, I = s.inter, E = offsets.numel() - 1;
   if (E > kernels::kMoeMaxExperts)
     raise<Unsupported>("moe_experts_fp8 on the GPU: {} experts (at most {})", E,
                        kernels::kMoeMaxExperts);
@@ -41,8 +42,9 @@ void moe_experts_fp8(const Tensor& x, const Tensor& offsets, const Tensor& table
                                                         static_cast<int>(E), active, stream),
                      "moe_experts_fp8: active experts");
   mls::cuda::check(
-      kernels::launch_quantize_fp8_act(x.raw(), x.stride(0), R, H, ldx, R, xq, xs, stream),
-      "moe_experts_fp8: quantise rows");
+      kernels::launch_quantize_fp8_act_rows(x.raw(), x.stride(0), src_token.data<int32_t>(), R, H,
+                                            ldx, R, xq, xs, stream),
+      "moe_experts_fp8: gather and quantise rows");
   kernels::MoeFp8GemmArgs a{.w1 = addr + kGate * E,
                             .s1 = addr + kGateScale * E,
                             .w2 = addr + kUp * E,

@@ -193,6 +193,9 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   void start() {
     registry_->add(this, this->shared_from_this());
     asio::dispatch(exec_, [self = this->shared_from_this()] {
+      // Accepted while stop() drains, after it took its list of connections to drain: closed
+      // as it closes the idle ones (it sets `draining` before taking the list).
+      if (self->srv_.draining) return self->close();
       if constexpr (kIsTls<Stream>) {
         self->arm_read_timer(self->srv_.opts.limits.header_timeout);
         self->stream_.async_handshake(ssl::stream_base::server, [self](error_code ec) {

@@ -1,7 +1,7 @@
-// The input of a block-FP8 linear, quantised: x [T, K] as e4m3 rows of round_up(K, 16) bytes,
-// then one f32 scale per token and 128-wide K group (scale = amax / 448, q = x / scale), the
-// scales of the first scratch::fp8_cublaslt_lead(T, K) tokens laid out for cuBLASLt and the rest
-// after them (ops/cuda/fp8_quant_kernels.h): scratch::fp8_act_bytes(T, K) bytes in all.
+// The input of a block-FP8 linear, quantised: x [T, K] as e4m3 rows scratch::fp8_act_ld(K) bytes
+// apart, then one f32 scale per token and 128-wide K group (scale = amax / 448, q = x / scale),
+// the scales of the first scratch::fp8_cublaslt_lead(T, K) tokens laid out for cuBLASLt and the
+// rest after them (ops/cuda/fp8_act_kernels.h): scratch::fp8_act_bytes(T, K) bytes in all.
 //
 // ops::linear quantises its input itself unless given these bytes (`xq`). The ops that produce a
 // linear's input can write them on the way (ops::rms_norm, ops::add_rms_norm, ops::silu_mul:

@@ -138,15 +138,17 @@ inline void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate 
   MLS_DISPATCH_SCRATCH(y, linear_scratch(x, w, xq), linear, x, w, y, accumulate, xq);
 }
 
+// The quantised input a pair passes to one of its weights: xq for a block-FP8 weight, none for
+// a bf16 one.
+inline Tensor pair_input(const Tensor& w, const Tensor& xq) {
+  return w.dtype() == DType::kFP8E4M3 ? xq : Tensor();
+}
+
 // Two linears of one input: y1 = x·W1ᵀ and y2 = x·W2ᵀ, each as ops::linear computes it, in
 // fewer launches where the device can (two block-FP8 weights on a GPU: one quantisation of x,
 // and one launch of the decode GEMM for both). Each pair meets linear's contract (the weights'
 // dtypes may differ: a weight whose slice is not whole 128 × 128 blocks stays bf16), and y1 and
-// y2 do not overlap.
-// xq as linear's, for the block-FP8 weights among the two (at least one).
-inline Tensor pair_input(const Tensor& w, const Tensor& xq) {
-  return w.dtype() == DType::kFP8E4M3 ? xq : Tensor();
-}
+// y2 do not overlap. xq as linear's, for the block-FP8 weights among the two (at least one).
 inline void linear_pair_contract(const Tensor& x, const Tensor& w1, const Tensor& y1,
                                  const Tensor& w2, const Tensor& y2, const Tensor& xq = {}) {
   const Contract c("linear_pair", y1);

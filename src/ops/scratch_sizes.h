@@ -104,8 +104,11 @@ constexpr int64_t indexer_scratch_floats(int64_t T, int64_t key_bound, int64_t t
 // Activations quantised per token in groups of 128 (e4m3 rows padded to 16 bytes, then the f32
 // group scales). (The weight's block scales in cuBLASLt's padded layout are made once at load:
 // ops/linear.h, fp8_scale_rows_padded.)
+constexpr int64_t fp8_act_ld(int64_t K) {
+  return round_up(K, 16);
+}
 constexpr int64_t fp8_act_bytes(int64_t T, int64_t K) {
-  return T * round_up(K, 16) + (K + 127) / 128 * T * 4;
+  return T * fp8_act_ld(K) + (K + 127) / 128 * T * 4;
 }
 // Which token counts go to cuBLASLt (measured on the H200, see ops/cuda/linear_cuda.cc).
 constexpr bool fp8_cublaslt_tokens(int64_t T) {

@@ -29,12 +29,12 @@ void pointwise(kernels::Pointwise op, const char* name, const Tensor& a, const T
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, Tensor* q) {
   if (!q || !q->defined())
     return pointwise(kernels::Pointwise::kSiluMul, "silu_mul", gate, up, 1.0f, out);
-  const int64_t T = out.dim(0), K = out.dim(1), ldq = scratch::round_up(K, 16);
-  uint8_t* qb = q->data<uint8_t>();
-  mls::cuda::check(kernels::launch_silu_mul_quantize(
-                       gate.raw(), gate.stride(0), up.raw(), up.stride(0), out.raw(), out.stride(0),
-                       T, K, ldq, scratch::fp8_cublaslt_lead(T, K), qb,
-                       reinterpret_cast<float*>(qb + T * ldq), mls::cuda::stream()),
+  const int64_t T = out.dim(0), K = out.dim(1);
+  const kernels::Fp8ActBuffer b = kernels::fp8_act_buffer(q->raw(), T, K);
+  mls::cuda::check(kernels::launch_silu_mul_quantize(gate.raw(), gate.stride(0), up.raw(),
+                                                     up.stride(0), out.raw(), out.stride(0), T, K,
+                                                     b.ldq, scratch::fp8_cublaslt_lead(T, K), b.q,
+                                                     b.scales, mls::cuda::stream()),
                    "silu_mul");
 }
 

@@ -6,11 +6,26 @@
 
 #include <cstdint>
 
+#include "ops/scratch_sizes.h"
+
 namespace mls::ops::cuda::kernels {
+
+// A quantised [T, K] activation in one buffer of scratch::fp8_act_bytes(T, K) bytes: the e4m3
+// rows scratch::fp8_act_ld(K) bytes apart, then the scales (16-byte aligned after them).
+struct Fp8ActBuffer {
+  uint8_t* q;
+  int64_t ldq;
+  float* scales;
+};
+inline Fp8ActBuffer fp8_act_buffer(void* base, int64_t T, int64_t K) {
+  auto* q = static_cast<uint8_t*>(base);
+  const int64_t ldq = scratch::fp8_act_ld(K);
+  return {q, ldq, reinterpret_cast<float*>(q + T * ldq)};
+}
 
 // Activations are quantised per token in groups of 128 along K: scale = amax / 448 (1 for an
 // all-zero group), q = x / scale rounded to e4m3 (saturating). x: bf16 [T, K], row stride ldx.
-// q: e4m3 [T, ldq] with ldq = round_up(K, 16); bytes [K, ldq) are written as zero.
+// q: e4m3 [T, ldq] with ldq = scratch::fp8_act_ld(K); bytes [K, ldq) are written as zero.
 // Scales (KB = ceil(K/128)): tokens t < t_lead at s[kb * t_lead + t] (cuBLASLt's VEC128 layout,
 // token-major per K block), the rest at s[KB * t_lead + kb * (T - t_lead) + (t - t_lead)].
 cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t ldq,

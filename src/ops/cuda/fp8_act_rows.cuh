@@ -1,4 +1,4 @@
-// The arithmetic of an FP8 linear's input quantisation (ops/cuda/fp8_quant_kernels.h): per token,
+// The arithmetic of an FP8 linear's input quantisation (ops/cuda/fp8_act_kernels.h): per token,
 // each 128-wide group of K gets scale = amax / 448 (1 for an all-zero group) and its values
 // q = x / scale rounded to e4m3, saturating. The quantisation kernel and the producers that write
 // the quantised rows themselves (the norms, silu·mul) all compute it here, so that a linear gets

@@ -35,12 +35,12 @@ std::vector<uint8_t> bytes_of(const Tensor& dev) {
 
 // What ops::linear quantises a bf16 [T, K] activation into, from a block-FP8 weight of K columns.
 std::vector<uint8_t> linear_quantization(const Tensor& y) {
-  const int64_t T = y.dim(0), K = y.dim(1), ldq = scratch::round_up(K, 16);
+  const int64_t T = y.dim(0), K = y.dim(1);
   Tensor q = dev_empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3);
-  uint8_t* qb = q.data<uint8_t>();
-  ::mls::cuda::check(cuda::kernels::launch_quantize_fp8_act(
-                         y.raw(), y.stride(0), T, K, ldq, scratch::fp8_cublaslt_lead(T, K), qb,
-                         reinterpret_cast<float*>(qb + T * ldq), ::mls::cuda::stream()),
+  const cuda::kernels::Fp8ActBuffer b = cuda::kernels::fp8_act_buffer(q.raw(), T, K);
+  ::mls::cuda::check(cuda::kernels::launch_quantize_fp8_act(y.raw(), y.stride(0), T, K, b.ldq,
+                                                            scratch::fp8_cublaslt_lead(T, K), b.q,
+                                                            b.scales, ::mls::cuda::stream()),
                      "reference quantisation");
   return bytes_of(q);
 }

@@ -44,18 +44,15 @@ void zero_rows(Tensor& y, int64_t rows, int64_t cols) {
 void linear_fp8(const Tensor& x, const Tensor* const* w, Tensor* const* y, int n, bool accumulate,
                 const Tensor& xq) {
   const int64_t T = x.dim(0), K = w[0]->dim(1);
-  const int64_t KB = (K + 127) / 128, ldq = scratch::round_up(K, 16);
+  const int64_t KB = (K + 127) / 128;
   const cudaStream_t stream = mls::cuda::stream();
 
-  // The quantised activations and their scales share one allocation (the scales 16-byte
-  // aligned after the e4m3 rows, whose stride is a multiple of 16): xq, or the scratch of
-  // ops::linear_scratch.
+  // The quantised activations and their scales: xq, or the scratch of ops::linear_scratch.
   Tensor qbuf;
   if (!xq.defined())
     qbuf = Tensor::empty({scratch::fp8_act_bytes(T, K)}, DType::kFP8E4M3, MemTag::kWorkspace,
                          mls::cuda::allocator());
-  uint8_t* q = (xq.defined() ? xq : qbuf).data<uint8_t>();
-  float* xs = reinterpret_cast<float*>(q + T * ldq);
+  const auto [q, ldq, xs] = kernels::fp8_act_buffer((xq.defined() ? xq : qbuf).raw(), T, K);
 
   // cuBLASLt's block-scaled GEMM (weights BLK128x128, activations VEC128) needs whole 128-wide
   // K blocks and a token count divisible by 4 (it has no algorithm otherwise): it takes the

@@ -23,13 +23,11 @@ void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tensor& off
   Tensor buf = Tensor::empty({scratch::moe_experts_fp8_bytes(R, H, I, E)}, DType::kFP8E4M3,
                              MemTag::kWorkspace, mls::cuda::allocator());
   uint8_t* base = buf.data<uint8_t>();
-  const int64_t ldx = scratch::round_up(H, 16), ldh = scratch::round_up(I, 16);
-  uint8_t* xq = base;
-  float* xs = reinterpret_cast<float*>(xq + R * ldx);
-  uint8_t* hq = base + scratch::round_up(scratch::fp8_act_bytes(R, H), 256);
-  float* hs = reinterpret_cast<float*>(hq + R * ldh);
+  uint8_t* h_base = base + scratch::round_up(scratch::fp8_act_bytes(R, H), 256);
+  const auto [xq, ldx, xs] = kernels::fp8_act_buffer(base, R, H);
+  const auto [hq, ldh, hs] = kernels::fp8_act_buffer(h_base, R, I);
   auto* active =
-      reinterpret_cast<int32_t*>(hq + scratch::round_up(scratch::fp8_act_bytes(R, I), 256));
+      reinterpret_cast<int32_t*>(h_base + scratch::round_up(scratch::fp8_act_bytes(R, I), 256));
   const auto* rows = table.data<int64_t>();
   const auto* addr = reinterpret_cast<const uint64_t*>(rows);
   const int max_active = static_cast<int>(std::min<int64_t>(E, R));

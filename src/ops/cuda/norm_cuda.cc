@@ -26,20 +26,20 @@ kernels::NormRows rows_of(const Tensor& x, const Tensor& w, float eps, Tensor& y
 template <class Launch>
 void norm_into(kernels::NormRows p, Tensor* q, Launch launch_norm, const char* op) {
   const bool quantize = q && q->defined();
-  const int64_t ldq = scratch::round_up(p.n, 16), lead = scratch::fp8_cublaslt_lead(p.rows, p.n);
+  const int64_t lead = scratch::fp8_cublaslt_lead(p.rows, p.n);
+  const kernels::Fp8ActBuffer b =
+      quantize ? kernels::fp8_act_buffer(q->raw(), p.rows, p.n) : kernels::Fp8ActBuffer{};
   if (quantize && kernels::norm_quantizes(p)) {
-    p.q = q->data<uint8_t>();
-    p.ldq = ldq;
+    p.q = b.q;
+    p.ldq = b.ldq;
     p.q_lead = lead;
   }
   const cudaStream_t stream = mls::cuda::stream();
   mls::cuda::check(launch_norm(p, stream), op);
   if (!quantize || p.q) return;
-  uint8_t* qb = q->data<uint8_t>();
-  mls::cuda::check(
-      kernels::launch_quantize_fp8_act(p.y, p.y_stride, p.rows, p.n, ldq, lead, qb,
-                                       reinterpret_cast<float*>(qb + p.rows * ldq), stream),
-      op);
+  mls::cuda::check(kernels::launch_quantize_fp8_act(p.y, p.y_stride, p.rows, p.n, b.ldq, lead, b.q,
+                                                    b.scales, stream),
+                   op);
 }
 
 }  // namespace

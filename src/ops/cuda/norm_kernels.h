@@ -27,8 +27,8 @@ struct NormRows {
   const float* b = nullptr;  // layer_norm only
   float eps = 0;
   // rms_norm and add_rms_norm into bf16 y with n % 128 == 0: y also quantised for the FP8
-  // linears, the bytes launch_quantize_fp8_act(y, .., ldq, q_lead, q, scales) writes, scales at
-  // q + rows · ldq (fp8_quant_kernels.h). Null: y only.
+  // linears, the bytes launch_quantize_fp8_act(y, .., ldq, q_lead, q, scales) writes, in the
+  // buffer layout of fp8_act_buffer (fp8_act_kernels.h). Null: y only.
   uint8_t* q = nullptr;
   int64_t ldq = 0, q_lead = 0;
 };

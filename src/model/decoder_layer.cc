@@ -29,10 +29,24 @@ Tensor gather_from_layout(const Tensor& local, const TokenLayout& layout, const 
 
 }  // namespace
 
+void settle(Tensor& x, PendingAdd& pending) {
+  if (!pending.delta.defined() || pending.added) return;
+  ops::add(x, pending.delta, x);
+  pending.added = true;
+}
+
+void norm_with_pending(Tensor& x, PendingAdd& pending, const Tensor& w, float eps, Tensor& y) {
+  if (pending.delta.defined() && !pending.added)
+    ops::add_rms_norm(x, pending.delta, w, eps, y);
+  else
+    ops::rms_norm(x, w, eps, y);
+  pending = PendingAdd();
+}
+
 void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
                            const ParallelContext& par, const TokenLayout& layout, int64_t layer,
                            const LayerWeights& w, const StepContext& step, KvCache& kv, Tensor& x,
-                           Tensor& chosen) {
+                           PendingAdd& pending, Tensor& chosen) {
   Allocator& a = *step.alloc;
   const auto act = MemTag::kActivation;
   const int64_t L = layout.local_rows(), N = step.positions.numel(), H = c.hidden_size;
@@ -41,7 +55,7 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
 
   const DType dt = k.act;
   Tensor h = Tensor::empty({L, H}, dt, act, a);
-  ops::rms_norm(x, w.input_norm, eps, h);
+  norm_with_pending(x, pending, w.input_norm, eps, h);
   // The MLP's input quantised by the post-attention norm for the gate and up weights (the dense
   // MLP's or the shared experts'), where that input is h itself (not gathered from other ranks).
   const Tensor* mlp_gate = !c.is_moe(layer)         ? &w.dense.gate
@@ -86,7 +100,7 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
     mlp_forward(w.dense, h_mlp, mlp_out, a, false, hq);
   Tensor mlp_local = reduce_into_layout(mlp_out, par, layout, a);
   layout.expect(mlp_local, "MLP output");
-  ops::add(x, mlp_local, x);
+  pending = {.delta = mlp_local, .added = false};
 }
 
 }  // namespace mls

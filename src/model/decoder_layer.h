@@ -15,11 +15,28 @@
 
 namespace mls {
 
-// x [layout.local_rows(), H] is updated in place. `chosen` carries the DSA indexer's
+// The residual add a layer leaves to the next norm: the MLP output, which the next layer's input
+// norm (or the final norm) adds into x as it normalises (ops::add_rms_norm: one launch for both).
+// `added`: already added (an observer wanted x whole); the delta stays allocated all the same
+// until that norm, so that a step allocates alike with and without an observer.
+struct PendingAdd {
+  Tensor delta;
+  bool added = false;
+};
+
+// x += the pending delta unless it is added already: x whole.
+void settle(Tensor& x, PendingAdd& pending);
+
+// y = rms_norm(x + the pending delta), x updated to the sum (y may alias x); the delta is
+// released.
+void norm_with_pending(Tensor& x, PendingAdd& pending, const Tensor& w, float eps, Tensor& y);
+
+// x [layout.local_rows(), H] is updated in place, but for the layer's MLP output, which is left
+// in `pending` (the previous layer's is added first). `chosen` carries the DSA indexer's
 // selection from the last full layer to following shared layers.
 void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
                            const ParallelContext& par, const TokenLayout& layout, int64_t layer,
                            const LayerWeights& w, const StepContext& step, KvCache& kv, Tensor& x,
-                           Tensor& chosen);
+                           PendingAdd& pending, Tensor& chosen);
 
 }  // namespace mls

@@ -71,11 +71,15 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv, const ForwardObser
   };
   observe("embed", x);
   Tensor chosen;
+  PendingAdd pending;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    decoder_layer_forward(config_, k_, par_, layout, l, w_.layers[l], step, kv, x, chosen);
-    observe(fmt::format("layer.{}", l), x);
+    decoder_layer_forward(config_, k_, par_, layout, l, w_.layers[l], step, kv, x, pending, chosen);
+    if (observer) {
+      settle(x, pending);
+      observe(fmt::format("layer.{}", l), x);
+    }
   }
-  ops::rms_norm(x, w_.final_norm, static_cast<float>(config_.rms_norm_eps), x);
+  norm_with_pending(x, pending, w_.final_norm, static_cast<float>(config_.rms_norm_eps), x);
   observe("final_norm", x);
   const Tensor normed = layout.is_sharded() ? all_gather_trim(x, layout, N, *par_.comm, a) : x;
   if (hidden) *hidden = normed;
@@ -132,7 +136,10 @@ Tensor Model::forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, 
   ops::linear(e, m.eh_proj_e, hidden);
   ops::linear(g, m.eh_proj_h, hidden, /*accumulate=*/true);
   Tensor chosen;
-  decoder_layer_forward(config_, k_, par_, layout, layer, m.block, step, kv, hidden, chosen);
+  PendingAdd pending;
+  decoder_layer_forward(config_, k_, par_, layout, layer, m.block, step, kv, hidden, pending,
+                        chosen);
+  settle(hidden, pending);
 
   Tensor rows = Tensor::empty({batch.num_logit_rows(), H}, k_.act, act, a);
   ops::gather_rows(hidden, step.logit_rows, rows);

@@ -393,12 +393,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Merges the splits of one (token, head): out = Σ 2^(m_s − M) O_s / Σ 2^(m_s − M) l_s. It is a
 // chain of memory latencies (a decode token's 64 heads × 32 splits × 512 floats are 4 MB: one
 // CTA a head took 12 µs on the H200), so a CTA takes one chunk of 32 column units (float4 where
-// Dv allows) of a head, its warps split the splits, and each warp's first kCombinePer loads are
-// in flight before warp 0 has the splits' weights. Splits are summed in a fixed order (each warp
-// its own in turn, then the warps in order): the result depends on the split count only.
-constexpr int kCombineThreads = 256;
-constexpr int kCombineWarps = kCombineThreads / 32;
+// Dv allows) of a head, its warps split the splits (as many warps as kCombinePer loads each
+// cover, at most kCombineMaxWarps), and each warp's first kCombinePer loads are in flight before
+// warp 0 has the splits' weights. Splits are summed in a fixed order (each warp its own in turn,
+// then the warps in order): the result depends on the split count only.
+constexpr int kCombineMaxWarps = 8;
 constexpr int kCombinePer = 4;
+
+int combine_warps(int splits) {
+  return std::clamp((splits + kCombinePer - 1) / kCombinePer, 1, kCombineMaxWarps);
+}
 
 __device__ __forceinline__ float4 load_cols(const float* src, int width) {
   if (width == 4) return *reinterpret_cast<const float4*>(src);
@@ -412,13 +416,14 @@ __device__ __forceinline__ void add_scaled(float4& acc, float w, const float4& x
   acc.w += w * x.w;
 }
 
-__global__ void __launch_bounds__(kCombineThreads)
+__global__ void __launch_bounds__(kCombineMaxWarps * 32)
     combine_kernel(const AttentionParams p, int splits, const float* part_o, const float* part_ml) {
   pdl_begin();
   extern __shared__ float weight[];  // [splits]
-  __shared__ float4 red[kCombineWarps][32];
+  __shared__ float4 red[kCombineMaxWarps][32];
   __shared__ float total;
   const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
   const int width = p.Dv % 4 == 0 ? 4 : 1;  // columns per unit
   const int unit = static_cast<int>(blockIdx.z) * 32 + lane;
   const bool in = unit * width < p.Dv;
@@ -429,7 +434,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   float4 x[kCombinePer];
 #pragma unroll
   for (int i = 0; i < kCombinePer; ++i) {
-    const int s = warp + i * kCombineWarps;
+    const int s = warp + i * warps;
     x[i] = in && s < splits ? load_cols(src + s * step, width) : make_float4(0, 0, 0, 0);
   }
   if (warp == 0) {
@@ -453,17 +458,17 @@ __global__ void __launch_bounds__(kCombineThreads)
   float4 acc = make_float4(0, 0, 0, 0);
 #pragma unroll
   for (int i = 0; i < kCombinePer; ++i) {
-    const int s = warp + i * kCombineWarps;
+    const int s = warp + i * warps;
     if (s < splits && weight[s] != 0.0f) add_scaled(acc, weight[s], x[i]);
   }
-  for (int s = warp + kCombinePer * kCombineWarps; in && s < splits; s += kCombineWarps)
+  for (int s = warp + kCombinePer * warps; in && s < splits; s += warps)
     if (weight[s] != 0.0f) add_scaled(acc, weight[s], load_cols(src + s * step, width));
   red[warp][lane] = acc;
   __syncthreads();
   if (warp != 0 || !in) return;
   float4 sum = red[0][lane];
 #pragma unroll
-  for (int w = 1; w < kCombineWarps; ++w) add_scaled(sum, 1.0f, red[w][lane]);
+  for (int w = 1; w < warps; ++w) add_scaled(sum, 1.0f, red[w][lane]);
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   bf16* dst = static_cast<bf16*>(p.out) + t * p.o_st + h * p.o_sh + unit * width;
   const float v[4] = {sum.x, sum.y, sum.z, sum.w};
@@ -663,8 +668,8 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
   const size_t csmem = static_cast<size_t>(plan.splits) * sizeof(float);
   if (plan.splits > 1) {
     int per_sm = 0;
-    e = prepare_kernel(plan.dev, reinterpret_cast<const void*>(combine_kernel), kCombineThreads,
-                       static_cast<int>(csmem), &per_sm);
+    e = prepare_kernel(plan.dev, reinterpret_cast<const void*>(combine_kernel),
+                       combine_warps(plan.splits) * 32, static_cast<int>(csmem), &per_sm);
     if (e != cudaSuccess) return e;
   }
   for (int t0 = 0; t0 < p.T; t0 += plan.group_T) {
@@ -689,8 +694,8 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
     }
     if (e != cudaSuccess) return e;
     if (plan.splits == 1) continue;
-    launch(combine_kernel, dim3(g.T, p.H, chunks), kCombineThreads, csmem, stream, g, plan.splits,
-           part_o, part_ml);
+    launch(combine_kernel, dim3(g.T, p.H, chunks), combine_warps(plan.splits) * 32, csmem, stream,
+           g, plan.splits, part_o, part_ml);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "ops/cuda/device_facts.h"
 #include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
@@ -33,6 +34,7 @@ __global__ void pad_scale_rows_kernel(const float* __restrict__ src, int64_t row
 // the fp32 partials in split order, so results are deterministic.
 
 constexpr int kWarps = 8;
+constexpr int64_t kRingMinWarpBlocks = 8;
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -62,6 +64,62 @@ __device__ __forceinline__ void store_out(const Fp8GemmOutput& o, bool accumulat
   *y = __float2bfloat16(v);
 }
 
+// The warps' partial sums of a CTA's tile reduced through red (kWarps · NT · 4 · 32 floats of
+// shared memory) and stored, or with split-K left as fp32 partials for the tile's last CTA.
+template <int NT>
+__device__ __forceinline__ void skinny_finish(const Fp8GemmArgs& a, const Fp8GemmOutput& o,
+                                              float* partial, int ksplit, int split, int64_t n0,
+                                              int64_t tok0, const float (&acc)[NT][4], float* red) {
+  constexpr int kE = NT * 4;
+  __shared__ bool last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) red[(warp * kE + j * 4 + r) * 32 + lane] = acc[j][r];
+  __syncthreads();
+
+  // Element e of lane ln is C register r = e % 4 of token tile j = e / 4.
+  auto coords = [&](int idx, int64_t& row, int64_t& tok) {
+    const int e = idx >> 5, ln = idx & 31, r = e & 3, j = e >> 2;
+    row = n0 + (ln >> 2) + (r >= 2 ? 8 : 0);
+    tok = tok0 + 8 * j + 2 * (ln & 3) + (r & 1);
+  };
+  const bool direct = ksplit == 1;
+  for (int idx = threadIdx.x; idx < kE * 32; idx += blockDim.x) {
+    int64_t row, tok;
+    coords(idx, row, tok);
+    if (row >= o.N || tok >= a.T) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[w * kE * 32 + idx];
+    if (direct)
+      store_out(o, a.accumulate, tok, row, v);
+    else
+      partial[(split * a.T + tok) * o.N + row] = v;
+  }
+  if (direct) return;
+
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    last = atomicAdd(&a.counters[tile], 1) == ksplit - 1;
+    if (last) a.counters[tile] = 0;  // every split has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int idx = threadIdx.x; idx < kE * 32; idx += blockDim.x) {
+    int64_t row, tok;
+    coords(idx, row, tok);
+    if (row >= o.N || tok >= a.T) continue;
+    float v = 0.0f;
+    for (int s = 0; s < ksplit; ++s) v += __ldcg(partial + (s * a.T + tok) * o.N + row);
+    store_out(o, a.accumulate, tok, row, v);
+  }
+}
+
 // The grid's row tiles are output 0's, then output 1's; each output has its own K split (grid.z
 // is the larger) and its own region of the partials.
 struct SkinnySplit {
@@ -75,8 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_begin();
   constexpr int kE = NT * 4;  // accumulator registers per lane
   constexpr int kU = 2;       // K blocks in flight per warp
-  __shared__ float red[kWarps][kE][32];
-  __shared__ bool last;
+  __shared__ float red[kWarps * kE * 32];
 
   const int out = static_cast<int>(blockIdx.y) < sp.tiles0 ? 0 : 1;
   const int ksplit = out == 0 ? sp.ksplit[0] : sp.ksplit[1];
@@ -178,51 +235,138 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
+  skinny_finish<NT>(a, o, partial, ksplit, split, n0, tok0, acc, red);
+}
+
+// The same tiles, split and per-block arithmetic (so bit-identical results) with the K blocks
+// streamed through a ring of kS stages of shared memory per warp (cp.async): kS - 1 blocks stay in
+// flight while the warp computes one, where the register version waits for each pair it loads.
+// A stage holds the tile's 16 weight rows and 8·NT token rows of one 128-wide K block, each row's
+// 16-byte chunks XOR-swizzled by row parity so that a fragment read is free of bank conflicts, and
+// the block's scales (sx of the 8·NT tokens, then sw). Its dependents are triggered after the
+// main loop (launch.cuh).
+template <int NT, int kS>
+struct SkinnyRing {
+  static constexpr int kW = 16 * 128;
+  static constexpr int kX = 8 * NT * 128;
+  static constexpr int kStage = kW + kX + 128;
+  static constexpr int kBytes = kWarps * kS * kStage;
+};
+
+__device__ __forceinline__ int ring_chunk(int row, int chunk) {
+  return row * 128 + ((chunk ^ ((row & 1) << 2)) << 4);
+}
+
+template <int NT, int kS>
+__global__ void __launch_bounds__(kWarps * 32)
+    fp8_gemm_skinny_ring_kernel(const Fp8GemmArgs a, const SkinnySplit sp) {
+  pdl_wait();
+  using L = SkinnyRing<NT, kS>;
+  extern __shared__ __align__(128) uint8_t ring_smem[];
+
+  const int out = static_cast<int>(blockIdx.y) < sp.tiles0 ? 0 : 1;
+  const int ksplit = out == 0 ? sp.ksplit[0] : sp.ksplit[1];
+  const int split = blockIdx.z;
+  if (split >= ksplit) return;
+  const Fp8GemmOutput o = out == 0 ? a.out[0] : a.out[1];
+  float* const partial =
+      a.partial + (out == 0 ? 0 : static_cast<int64_t>(sp.ksplit[0]) * a.T * a.out[0].N);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * 8 * NT;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.y) - (out == 0 ? 0 : sp.tiles0)) * 16;
+  const int64_t KB = (a.K + 127) / 128;
+  const int64_t kb_begin = KB * split / ksplit, kb_end = KB * (split + 1) / ksplit;
+  const float* sw_row = o.w_scale + (n0 / 128) * KB;
+  uint8_t* const ring = ring_smem + warp * kS * L::kStage;
+  const int64_t first = kb_begin + warp;
+  const int nk = first < kb_end ? static_cast<int>((kb_end - first + kWarps - 1) / kWarps) : 0;
+
+  // Block i of this warp into stage i % kS (nothing read past the warp's blocks, the group
+  // committed all the same so that the wait counts stay uniform).
+  auto issue = [&](int i) {
+    uint8_t* st = ring + (i % kS) * L::kStage;
+    const int64_t kb = first + static_cast<int64_t>(i) * kWarps;
+    const bool kin = i < nk;
+#pragma unroll
+    for (int c = lane; c < 16 * 8; c += 32) {
+      const int row = c >> 3, ch = c & 7;
+      const int64_t n = n0 + row, k = kb * 128 + ch * 16;
+      const bool ok = kin && n < o.N && k < a.K;
+      cp_async16(st + ring_chunk(row, ch), ok ? o.w + n * a.K + k : o.w, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int c = lane; c < 8 * NT * 8; c += 32) {
+      const int tk = c >> 3, ch = c & 7;
+      const int64_t tok = tok0 + tk, k = kb * 128 + ch * 16;
+      const bool ok = kin && tok < a.T && k < a.K;
+      cp_async16(st + L::kW + ring_chunk(tk, ch), ok ? a.xq + tok * a.ldq + k : a.xq, ok ? 16 : 0);
+    }
+    float* sc = reinterpret_cast<float*>(st + L::kW + L::kX);
+    if (lane < 8 * NT) {
+      const int64_t tok = tok0 + lane;
+      const bool ok = kin && tok < a.T;
+      cp_async4(sc + lane, ok ? a.x_scale + kb * a.x_scale_ld + tok : a.x_scale, ok ? 4 : 0);
+    } else if (lane == 8 * NT) {
+      cp_async4(sc + lane, kin ? sw_row + kb : sw_row, kin ? 4 : 0);
+    }
+    cp_async_commit();
+  };
+
+  float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) red[warp][j * 4 + r][lane] = acc[j][r];
-  __syncthreads();
+    for (int r = 0; r < 4; ++r) acc[j][r] = 0.0f;
 
-  // Element e of lane ln is C register r = e % 4 of token tile j = e / 4.
-  auto coords = [&](int idx, int64_t& row, int64_t& tok) {
-    const int e = idx >> 5, ln = idx & 31, r = e & 3, j = e >> 2;
-    row = n0 + (ln >> 2) + (r >= 2 ? 8 : 0);
-    tok = tok0 + 8 * j + 2 * (ln & 3) + (r & 1);
-  };
-  const bool direct = ksplit == 1;
-  for (int idx = threadIdx.x; idx < kE * 32; idx += blockDim.x) {
-    int64_t row, tok;
-    coords(idx, row, tok);
-    if (row >= o.N || tok >= a.T) continue;
-    float v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += red[w][idx >> 5][idx & 31];
-    if (direct)
-      store_out(o, a.accumulate, tok, row, v);
-    else
-      partial[(split * a.T + tok) * o.N + row] = v;
+  for (int i = 0; i < kS - 1; ++i) issue(i);
+  for (int i = 0; i < nk; ++i) {
+    cp_async_wait<kS - 2>();
+    __syncwarp();
+    // The stage block i - 1 was read from: every lane is past those reads.
+    issue(i + kS - 1);
+    const uint8_t* st = ring + (i % kS) * L::kStage;
+    const float* sc = reinterpret_cast<const float*>(st + L::kW + L::kX);
+    uint4 wv[2][2], xv[NT][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        wv[r][h] = *reinterpret_cast<const uint4*>(st + ring_chunk(g + 8 * r, h * 4 + t4));
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        xv[j][h] = *reinterpret_cast<const uint4*>(st + L::kW + ring_chunk(8 * j + g, h * 4 + t4));
+    }
+    float part[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) part[j][r] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          mma_e4m3(part[j], word(wv[0][h], 2 * s), word(wv[1][h], 2 * s), word(wv[0][h], 2 * s + 1),
+                   word(wv[1][h], 2 * s + 1), word(xv[j][h], 2 * s), word(xv[j][h], 2 * s + 1));
+    const float ws = sc[8 * NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float s0 = sc[8 * j + 2 * t4] * ws;
+      const float s1 = sc[8 * j + 2 * t4 + 1] * ws;
+      acc[j][0] += part[j][0] * s0;
+      acc[j][1] += part[j][1] * s1;
+      acc[j][2] += part[j][2] * s0;
+      acc[j][3] += part[j][3] * s1;
+    }
   }
-  if (direct) return;
-
-  __threadfence();
+  pdl_trigger();  // launch.cuh: triggered at the start, this kernel slowed the decode step
+  cp_async_wait<0>();
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    last = atomicAdd(&a.counters[tile], 1) == ksplit - 1;
-    if (last) a.counters[tile] = 0;  // every split has arrived: ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int idx = threadIdx.x; idx < kE * 32; idx += blockDim.x) {
-    int64_t row, tok;
-    coords(idx, row, tok);
-    if (row >= o.N || tok >= a.T) continue;
-    float v = 0.0f;
-    for (int s = 0; s < ksplit; ++s) v += __ldcg(partial + (s * a.T + tok) * o.N + row);
-    store_out(o, a.accumulate, tok, row, v);
-  }
+  // The ring is done with: its first bytes hold the warps' reduction.
+  skinny_finish<NT>(a, o, partial, ksplit, split, n0, tok0, acc,
+                    reinterpret_cast<float*>(ring_smem));
 }
 
 // Split K until about two CTAs per SM are in flight, keeping >= kWarps K blocks per CTA (the
@@ -238,6 +382,20 @@ int64_t skinny_ksplit(const Fp8GemmArgs& a, int64_t groups, int64_t N) {
   while (ksplit > 1 && static_cast<size_t>(ksplit * a.T * N) * sizeof(float) > a.partial_bytes)
     --ksplit;
   return ksplit;
+}
+
+// Four stages of 8-token tiles, three of 16 (about 100 KB a CTA): two CTAs per SM.
+template <int NT, int kS = NT == 1 ? 4 : 3>
+cudaError_t launch_ring(dim3 grid, const Fp8GemmArgs& a, const SkinnySplit& sp,
+                        cudaStream_t stream) {
+  constexpr int bytes = SkinnyRing<NT, kS>::kBytes;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess)
+    e = allow_optin_smem(dev, reinterpret_cast<const void*>(fp8_gemm_skinny_ring_kernel<NT, kS>));
+  if (e != cudaSuccess) return e;
+  launch(fp8_gemm_skinny_ring_kernel<NT, kS>, grid, kWarps * 32, bytes, stream, a, sp);
+  return cudaGetLastError();
 }
 
 template <int NT>
@@ -266,6 +424,16 @@ cudaError_t launch_skinny(const Fp8GemmArgs& a, cudaStream_t stream) {
                   static_cast<unsigned>(std::max(k0, k1)));
   const bool vec = a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.out[0].w) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out[1].w) % 16 == 0;
+  // The ring where every warp streams at least kRingMinWarpBlocks K blocks. Measured alone
+  // (fp8_kernels_benchmark, session 15): o_proj's 16 a warp 37.3 -> 29.7 µs, the dense down's 12
+  // 28.9 -> 23.3 µs; the dense gate/up's 6 tie; q_b's 2 lose a third (14.5 -> 19.0 µs).
+  const auto warp_blocks = [&](int64_t ksplit) { return (a.K + 127) / 128 / ksplit / kWarps; };
+  const bool ring_pays = warp_blocks(k0) >= kRingMinWarpBlocks &&
+                         (tiles1 == 0 || warp_blocks(k1) >= kRingMinWarpBlocks);
+  const bool ring =
+      vec && a.ldq % 16 == 0 && reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 &&
+      (a.kernel == SkinnyKernel::kAuto ? ring_pays : a.kernel == SkinnyKernel::kSharedRing);
+  if (ring) return launch_ring<NT>(grid, a, sp, stream);
   if (vec)
     launch(fp8_gemm_skinny_kernel<NT, true>, grid, kWarps * 32, 0, stream, a, sp);
   else

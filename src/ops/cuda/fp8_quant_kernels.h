@@ -24,6 +24,12 @@ struct Fp8GemmOutput {
   int64_t ldy = 0;
   int64_t N = 0;
 };
+// How the skinny GEMM streams the weights: registers (each warp loads two K blocks, then
+// computes them), or a ring of shared-memory stages per warp (cp.async, two or three blocks in
+// flight while one is computed), which pays where every warp has many blocks. Both give the same
+// bits; kAuto picks by the K blocks a warp streams.
+enum class SkinnyKernel { kAuto, kRegisters, kSharedRing };
+
 // out[1] with N > 0: a second weight of the same input in the same launch (gate and up; q_b and
 // the indexer's wq_b), each output computed exactly as alone.
 struct Fp8GemmArgs {
@@ -41,6 +47,7 @@ struct Fp8GemmArgs {
   int* counters;
   int64_t num_counters;
   int num_sms;
+  SkinnyKernel kernel = SkinnyKernel::kAuto;
 };
 
 // y[t, n] (+)= Σ_kb sx[t, kb] · sw[n/128, kb] · Σ_{k in block kb} xq[t, k] · w[n, k], all in fp32,

@@ -7,7 +7,10 @@
 // contract: a kernel launched here calls `pdl_begin()` before anything else, so it reads and writes
 // nothing of its predecessor's before that predecessor completes. MLASERVE_DISABLE_PDL=1 in the
 // environment launches every kernel plainly (bisecting a suspected ordering bug);
-// griddepcontrol.wait is then a no-op.
+// griddepcontrol.wait is then a no-op. A kernel may instead call pdl_wait() first and
+// pdl_trigger() once its main loop is done (the skinny GEMM's shared-memory ring: triggered at
+// its start, it slowed the batch-1 and batch-8 decode steps by 3 % and 17 %, against 1-2 % faster
+// triggered after its loop; bench/RESULTS.md, session 15).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +26,15 @@ namespace mls::ops::cuda::kernels {
 __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+// pdl_begin in two halves, for a kernel that lets the stream's next kernel be scheduled only
+// once its own main loop is done: wait before anything else, trigger later.
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 inline bool pdl_enabled() {

@@ -7,17 +7,21 @@
 //   CPU product of the dequantised W and the unquantised x the bound is rel-L2 <= 0.06. Against
 //   a host emulation of that quantisation the only differences left are fp32 summation order and
 //   the bf16 output rounding: rel-L2 <= 4e-3, which a misplaced or missing scale cannot meet.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/cuda/cublaslt_gemm.h"
+#include "ops/cuda/fp8_quant_kernels.h"
 #include "ops/cuda/test_util.h"
 #include "ops/linear.h"
 
@@ -211,6 +215,10 @@ TEST(LinearCuda, Fp8BlockScaledMatchesCpu) {
       {.T = 2, .in = 2048, .out = 1024, .accumulate = true, .strided = true},
       {.T = 68, .in = 2048, .out = 1024, .accumulate = true, .strided = true},
       {.T = 70, .in = 640, .out = 384, .accumulate = true},  // cuBLASLt 68 + ours 2
+      // Ours with 8 K blocks a warp (kernels::SkinnyKernel::kAuto takes the shared-memory ring):
+      // 8-token and 16-token tiles.
+      {.T = 1, .in = 8192, .out = 4352},
+      {.T = 12, .in = 8192, .out = 4352, .accumulate = true, .strided = true},
   };
   uint32_t seed = 100;
   for (const LinearCase& c : cases) {
@@ -280,6 +288,118 @@ TEST(LinearCuda, PairEqualsTwoLinears) {
       const Tensor g = to_cpu(*got), w = to_cpu(*want);
       EXPECT_EQ(std::memcmp(g.raw(), w.raw(), g.nbytes()), 0);
     }
+  }
+}
+
+// Device buffers of the raw kernel test below, freed on scope exit.
+struct DeviceBytes {
+  explicit DeviceBytes(size_t n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1)), cudaSuccess); }
+  ~DeviceBytes() { cudaFree(p); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+  void* p = nullptr;
+};
+
+template <typename T>
+void upload(const DeviceBytes& d, const std::vector<T>& h) {
+  ASSERT_EQ(cudaMemcpy(d.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+// The skinny GEMM's two ways of streaming the weights (registers, shared-memory ring) compute the
+// same K blocks in the same order: bit for bit the same outputs, over 8- and 16-token tiles,
+// partial row and token tiles, K a multiple of 16 but not of 128, split-K, a pair launch and
+// accumulation. Random e4m3 bytes (NaN codes masked) and scales stand in for quantised inputs.
+TEST(LinearCuda, SkinnyRingEqualsRegisters) {
+  MLS_REQUIRE_GPU();
+  namespace k = cuda::kernels;
+  struct Case {
+    int64_t T, K, N0, N1;
+    bool accumulate;
+  };
+  const std::vector<Case> cases = {
+      {1, 16384, 6144, 0, false}, {8, 8192, 4352, 0, true},   {5, 2048, 4096, 1024, false},
+      {12, 6144, 2048, 0, false}, {16, 8320, 4352, 24, true}, {3, 2064, 200, 0, true},
+      {29, 1040, 72, 40, false},
+  };
+  int num_sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::mt19937 rng(404);
+  const auto bytes = [&](size_t n) {
+    std::vector<uint8_t> v(n);
+    for (auto& b : v) b = static_cast<uint8_t>(rng() & 0xF7);  // never 0x7F / 0xFF (NaN)
+    return v;
+  };
+  const auto floats = [&](size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "T " << c.T << " K " << c.K << " N " << c.N0 << "+" << c.N1
+                                    << " acc " << c.accumulate);
+    const int64_t KB = (c.K + 127) / 128, ldq = c.K + 16;
+    DeviceBytes xq(c.T * ldq), xs(KB * c.T * sizeof(float));
+    upload(xq, bytes(c.T * ldq));
+    upload(xs, floats(KB * c.T, 0.001f, 0.02f));
+    const int64_t Ns[2] = {c.N0, c.N1};
+    std::vector<std::unique_ptr<DeviceBytes>> w, ws;
+    for (const int64_t N : Ns) {
+      w.push_back(std::make_unique<DeviceBytes>(N * c.K));
+      upload(*w.back(), bytes(N * c.K));
+      ws.push_back(std::make_unique<DeviceBytes>((N + 127) / 128 * KB * sizeof(float)));
+      upload(*ws.back(), floats((N + 127) / 128 * KB, 0.001f, 0.05f));
+    }
+    const size_t partial_bytes = size_t{16} << 20;
+    const int64_t num_counters = 4096;
+    DeviceBytes partial(partial_bytes), counters(num_counters * sizeof(int));
+    ASSERT_EQ(cudaMemset(counters.p, 0, num_counters * sizeof(int)), cudaSuccess);
+    const std::vector<float> y0 = floats(c.T * (c.N0 + c.N1), -1.0f, 1.0f);
+    std::vector<std::vector<uint8_t>> got;
+    for (const k::SkinnyKernel kernel :
+         {k::SkinnyKernel::kRegisters, k::SkinnyKernel::kSharedRing}) {
+      DeviceBytes y(c.T * (c.N0 + c.N1) * 2);
+      std::vector<uint16_t> y0_bf16(y0.size());
+      for (size_t i = 0; i < y0.size(); ++i) {
+        const __nv_bfloat16 b = __float2bfloat16(y0[i]);
+        std::memcpy(&y0_bf16[i], &b, 2);
+      }
+      upload(y, y0_bf16);
+      k::Fp8GemmArgs a{.out = {},
+                       .xq = xq.as<uint8_t>(),
+                       .ldq = ldq,
+                       .x_scale = xs.as<float>(),
+                       .x_scale_ld = c.T,
+                       .K = c.K,
+                       .T = c.T,
+                       .accumulate = c.accumulate,
+                       .partial = partial.as<float>(),
+                       .partial_bytes = partial_bytes,
+                       .counters = counters.as<int>(),
+                       .num_counters = num_counters,
+                       .num_sms = num_sms,
+                       .kernel = kernel};
+      int64_t col = 0;
+      for (int o = 0; o < 2; ++o) {
+        a.out[o] = {.w = w[o]->as<uint8_t>(),
+                    .w_scale = ws[o]->as<float>(),
+                    .y = y.as<__nv_bfloat16>() + col,
+                    .ldy = c.N0 + c.N1,
+                    .N = Ns[o]};
+        col += Ns[o];
+      }
+      ASSERT_EQ(k::launch_fp8_gemm_skinny(a, ::mls::cuda::stream()), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(::mls::cuda::stream()), cudaSuccess);
+      std::vector<uint8_t> out(c.T * (c.N0 + c.N1) * 2);
+      ASSERT_EQ(cudaMemcpy(out.data(), y.p, out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      got.push_back(std::move(out));
+    }
+    EXPECT_EQ(got[0], got[1]);
+    EXPECT_NE(std::vector<uint8_t>(got[0].size(), 0), got[0]);
   }
 }
 

@@ -9,8 +9,8 @@
 // environment launches every kernel plainly (bisecting a suspected ordering bug);
 // griddepcontrol.wait is then a no-op. A kernel may instead call pdl_wait() first and
 // pdl_trigger() once its main loop is done (the skinny GEMM's shared-memory ring: triggered at
-// its start, it slowed the batch-1 and batch-8 decode steps by 3 % and 17 %, against 1-2 % faster
-// triggered after its loop; bench/RESULTS.md, session 15).
+// its start, it made the batch-1 and batch-8 decode steps 4 % and 17 % slower than the register
+// kernel; triggered after its loop, 0-2 % faster; bench/RESULTS.md, session 15).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -404,6 +404,11 @@ int combine_warps(int splits) {
   return std::clamp((splits + kCombinePer - 1) / kCombinePer, 1, kCombineMaxWarps);
 }
 
+// Columns per unit: a float4 where Dv allows.
+__host__ __device__ constexpr int combine_width(int Dv) {
+  return Dv % 4 == 0 ? 4 : 1;
+}
+
 __device__ __forceinline__ float4 load_cols(const float* src, int width) {
   if (width == 4) return *reinterpret_cast<const float4*>(src);
   return make_float4(*src, 0.0f, 0.0f, 0.0f);
@@ -424,7 +429,7 @@ __global__ void __launch_bounds__(kCombineMaxWarps * 32)
   __shared__ float total;
   const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int warps = static_cast<int>(blockDim.x) >> 5;
-  const int width = p.Dv % 4 == 0 ? 4 : 1;  // columns per unit
+  const int width = combine_width(p.Dv);
   const int unit = static_cast<int>(blockIdx.z) * 32 + lane;
   const bool in = unit * width < p.Dv;
   const int64_t stride = static_cast<int64_t>(p.T) * p.H;
@@ -663,7 +668,7 @@ cudaError_t launch_attention(const AttentionParams& p, float* scratch, cudaStrea
     launch(simple_attention_kernel, dim3(p.T, p.H), kSimpleWarps * 32, smem, stream, p);
     return cudaGetLastError();
   }
-  const int width = p.Dv % 4 == 0 ? 4 : 1;
+  const int width = combine_width(p.Dv);
   const unsigned chunks = static_cast<unsigned>((p.Dv / width + 31) / 32);
   const size_t csmem = static_cast<size_t>(plan.splits) * sizeof(float);
   if (plan.splits > 1) {

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "ops/cuda/bf16_gemv_kernels.h"
 #include "ops/cuda/launch.cuh"
@@ -172,53 +173,27 @@ cudaError_t launch_t(const Bf16GemvArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// f(std::integral_constant<int, T>) for the call's token count T (1..kBf16GemvMaxTokens): both
+// kernels are compiled per token count.
+template <class F>
+cudaError_t with_tokens(int T, F f) {
+  return [&]<int... I>(std::integer_sequence<int, I...>) {
+    cudaError_t e = cudaErrorInvalidValue;
+    (void)((T == I + 1 ? (e = f(std::integral_constant<int, I + 1>{}), true) : false) || ...);
+    return e;
+  }
+  (std::make_integer_sequence<int, kBf16GemvMaxTokens>{});
+}
+
 }  // namespace
 
 cudaError_t launch_bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {
   static_assert(kBf16GemvMaxTokens == 8 && kRows * kBf16GemvMaxTokens <= kThreads);
-  switch (a.T) {
-    case 1:
-      return launch_t<1>(a, stream);
-    case 2:
-      return launch_t<2>(a, stream);
-    case 3:
-      return launch_t<3>(a, stream);
-    case 4:
-      return launch_t<4>(a, stream);
-    case 5:
-      return launch_t<5>(a, stream);
-    case 6:
-      return launch_t<6>(a, stream);
-    case 7:
-      return launch_t<7>(a, stream);
-    case 8:
-      return launch_t<8>(a, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return with_tokens(a.T, [&](auto t) { return launch_t<t>(a, stream); });
 }
 
 cudaError_t launch_bf16_gemv_batched(const Bf16GemvBatchedArgs& a, cudaStream_t stream) {
-  switch (a.T) {
-    case 1:
-      return launch_batched_t<1>(a, stream);
-    case 2:
-      return launch_batched_t<2>(a, stream);
-    case 3:
-      return launch_batched_t<3>(a, stream);
-    case 4:
-      return launch_batched_t<4>(a, stream);
-    case 5:
-      return launch_batched_t<5>(a, stream);
-    case 6:
-      return launch_batched_t<6>(a, stream);
-    case 7:
-      return launch_batched_t<7>(a, stream);
-    case 8:
-      return launch_batched_t<8>(a, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return with_tokens(a.T, [&](auto t) { return launch_batched_t<t>(a, stream); });
 }
 
 }  // namespace mls::ops::cuda::kernels

@@ -19,6 +19,14 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes
                "r"(bytes));
 }
 
+// cp_async16 to the shared address dst + kOffset, the offset an immediate of the instruction
+// (no register per destination in loops over fixed tile offsets).
+template <int kOffset>
+__device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0+%3], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(bytes), "n"(kOffset));
+}
+
 // 4-byte async copy (scales); bytes == 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "ops/cuda/device_facts.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/moe_kernels.h"
+#include "ops/cuda/pipeline_ptx.cuh"
 #include "ops/cuda/wgmma_ptx.cuh"
 
 namespace mls::ops::cuda::kernels {
@@ -22,26 +24,33 @@ namespace {
 // L2). A persistent grid of one CTA per SM walks the tiles; every CTA scans the device-side
 // offsets once into shared memory, so nothing waits on the host.
 //
-// A CTA is two warpgroups, each owning 64 of the tile's rows. All 256 threads copy K blocks
-// (with the block's activation and weight scales) into a kStages-deep ring of 128-byte-swizzled
-// shared tiles with cp.async, zero-filling past the expert's rows, the weight rows and K. Each
-// warpgroup runs the block's four wgmma m64n128k32 in sub-steps of kSub into a fresh fp32
-// fragment and, while the tensor cores run the next sub-step, adds the previous one to its
+// A CTA is three warpgroups, specialised. The producer copies K blocks (with the block's
+// activation and weight scales) into a kStages-deep ring of 128-byte-swizzled shared tiles with
+// cp.async, zero-filling past the expert's rows, the weight rows and K; each slot's `full`
+// barrier completes when all its copies have landed. Two consumer warpgroups, each owning 64 of
+// the tile's rows, run the block's four wgmma m64n128k32 in sub-steps of kSub into a fresh fp32
+// fragment and, while the tensor cores run the next sub-step, add the previous one to their
 // accumulator scaled by the row's activation scale times the block's weight scale (DeepSeek's
-// promotion). Two fragments alternate, so the ring refills kStages - 2 blocks ahead (the slot
-// of block kb - 1 may still be read by its MMAs). Rows do not depend on each other, but fp32
-// sums inside a sub-step come in the tensor core's order: this kernel is not bitwise equal to
-// the skinny one.
+// promotion); a slot's `empty` barrier completes once both have promoted its last sub-step. The
+// producer runs ahead across tiles while the consumers store a finished tile. Registers move to
+// the consumers (three fp32 fragments each): the producer keeps kProducerRegs.
+// Rows do not depend on each other, but fp32 sums inside a sub-step come in the tensor core's
+// order: this kernel is not bitwise equal to the skinny one.
 
 constexpr int kBM = 128, kBN = 128, kBK = 128;
-constexpr int kStages = 5;
-constexpr int kThreads = 256;
+constexpr int kStages = 6;
+constexpr int kWarpgroup = 128;
+constexpr int kThreads = 3 * kWarpgroup;  // the producer, then two consumers
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <= 65536,
+              "the register file of one SM");
+// Arrivals that free a slot: every consumer warp, once its MMAs and promotions are past it.
+constexpr int kConsumerWarps = 8;
 // K summed inside the tensor cores between promotions (the launcher's default). Hopper's FP8
 // MMAs accumulate with fewer bits than fp32: promoting every 128 K, as DeepSeek's recipe does,
 // put the grouped experts at 4.9e-3 rel-L2 from the exact emulation (the FP8 tolerance is 4e-3,
 // the skinny kernel's mma.sync 1.7e-3), and the error against the skinny kernel halves from 128
-// to 32 (bench/fp8_kernels_benchmark, bench/RESULTS.md "Session 11"); every 32 K costs about
-// half the throughput at 8,192 tokens (521 -> 268 TFLOP/s for gate·up).
+// to 32 (bench/fp8_kernels_benchmark, bench/RESULTS.md "Session 11").
 constexpr int kDefaultPromoteK = 32;
 constexpr int kTileBytes = kBM * kBK;  // one operand's K block (e4m3)
 // Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
@@ -53,15 +62,14 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
 }
 
 // Tile `tile` of the numbering above: its expert, first row, end of the expert's rows and first
-// weight row; false past the last tile. cum[e] = row tiles of the experts before e.
+// weight row; false past the last tile. cum[e] = row tiles of the experts before e. In 32 bits
+// (a 64-bit division is a call, and the producer has few registers).
 struct Tile {
-  int e;
-  int64_t r0, r_end, n0;
+  int e, r0, r_end, n0;
 };
 __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
-                                          const int32_t* offsets, int64_t tile, int64_t n_step,
-                                          Tile& t) {
-  const int64_t q = tile / n_tiles;  // cum[e] · n_tiles <= tile < cum[e + 1] · n_tiles
+                                          const int32_t* offsets, int tile, int n_step, Tile& t) {
+  const int q = tile / n_tiles;  // cum[e] · n_tiles <= tile < cum[e + 1] · n_tiles
   if (q >= cum[E]) return false;
   int lo = 0, hi = E;  // the largest e with cum[e] <= q
   while (hi - lo > 1) {
@@ -71,8 +79,8 @@ __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
     else
       hi = mid;
   }
-  const int64_t m_tiles = cum[lo + 1] - cum[lo];
-  const int64_t local = tile - static_cast<int64_t>(cum[lo]) * n_tiles;
+  const int m_tiles = cum[lo + 1] - cum[lo];
+  const int local = tile - cum[lo] * n_tiles;
   t.e = lo;
   t.r0 = offsets[lo] + (local % m_tiles) * kBM;
   t.r_end = offsets[lo + 1];
@@ -80,163 +88,203 @@ __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
   return true;
 }
 
-// kSub: MMAs (32 K each) accumulated in the tensor cores before each promotion to the fp32
-// accumulator.
-template <bool kGated, int kSub>
-__global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8GemmArgs a) {
-  pdl_begin();
-  extern __shared__ uint8_t smem_raw[];
-  __shared__ int cum[kMoeMaxExperts + 1];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~static_cast<uintptr_t>(1023));
-  uint8_t* sa = smem;                         // [kStages][kBM rows][128 bytes]
-  uint8_t* sb = smem + kStages * kTileBytes;  // [kStages][kBN rows][128 bytes]
-  auto* ss = reinterpret_cast<float*>(smem + 2 * kStages * kTileBytes);  // [kStages][kBM + 4]
-
-  const int E = a.experts;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  if (warp == 0) {
-    // Row tiles per expert, prefix-summed: each lane a run of experts, then a warp scan.
-    const int per = (E + 31) / 32, e_lo = min(E, lane * per), e_hi = min(E, e_lo + per);
-    int sum = 0;
-    for (int e = e_lo; e < e_hi; ++e) sum += (a.offsets[e + 1] - a.offsets[e] + kBM - 1) / kBM;
-    int incl = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += v;
+// The ring's position: slot and the parity of the pass over the ring.
+struct RingPos {
+  int slot = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++slot == kStages) {
+      slot = 0;
+      phase ^= 1;
     }
-    int run = incl - sum;
-    for (int e = e_lo; e < e_hi; ++e) {
-      cum[e] = run;
-      run += (a.offsets[e + 1] - a.offsets[e] + kBM - 1) / kBM;
-    }
-    if (lane == 31) cum[E] = incl;
   }
-  __syncthreads();
+};
 
-  constexpr int64_t n_step = kGated ? kBN / 2 : kBN;  // outputs per tile
-  const int n_tiles = static_cast<int>((a.N + n_step - 1) / n_step);
-  const int64_t KB = (a.K + kBK - 1) / kBK;
-  // This thread's accumulator rows within the tile (C fragment rows l/4 and l/4 + 8 of its warp).
-  const int frag_row = wg * 64 + (warp & 3) * 16 + (lane >> 2);
-  // This thread's copies: chunk tid % 8 of tile rows tid / 8 + 32 i, A for i < 4, B after.
-  const int chunk = tid & 7, row_base = tid >> 3;
+struct Ring {
+  uint8_t* a;       // [kStages][kBM rows][128 bytes]
+  uint8_t* b;       // [kStages][kBN rows][128 bytes]
+  float* scales;    // [kStages][kBM + 4]
+  uint64_t* full;   // [kStages]
+  uint64_t* empty;  // [kStages]
+};
 
-  for (int64_t tile = blockIdx.x;; tile += gridDim.x) {
+// The producer warpgroup (thread p of 128): chunk p % 8 of tile rows p / 8 + 16 i (i < 8) of A
+// and of B, and the activation scale of row p; threads 0 and 1 add the block's weight scales.
+// Addresses advance by additions inside the loop (row to row, block to block) and the shared
+// ones are immediate offsets: the producer keeps kProducerRegs registers.
+template <bool kGated>
+__device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const Ring& ring, const int* cum,
+                                        int n_tiles, int n_step, int KB, int p) {
+  const int chunk = p & 7, row0 = p >> 3;
+  const uint32_t dst = smem_addr(ring.a) + swizzle128(row0, chunk);  // rows row0 + 16 i follow
+  const int64_t a_step = 16 * a.ldq, b_step = 16 * a.K;
+  RingPos pos;
+  for (int tile = blockIdx.x;; tile += gridDim.x) {
     Tile t;
-    if (!find_tile(cum, E, n_tiles, a.offsets, tile, n_step, t)) break;
-    const auto* w1 = reinterpret_cast<const uint8_t*>(a.w1[t.e]);
-    const auto* w2 = kGated ? reinterpret_cast<const uint8_t*>(a.w2[t.e]) : nullptr;
-    const float* s1 = reinterpret_cast<const float*>(a.s1[t.e]) + (t.n0 / 128) * a.sw_ld;
-    const float* s2 =
-        kGated ? reinterpret_cast<const float*>(a.s2[t.e]) + (t.n0 / 128) * a.sw_ld : nullptr;
+    if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
+    const uint8_t* xa = a.xq + (t.r0 + row0) * a.ldq + chunk * 16;
+    // Gated: B rows 0-63 are gate rows n0 + r, rows 64-127 the same up rows.
+    const uint8_t* wa =
+        reinterpret_cast<const uint8_t*>(a.w1[t.e]) + (t.n0 + row0) * a.K + chunk * 16;
+    const uint8_t* wb =
+        kGated ? reinterpret_cast<const uint8_t*>(a.w2[t.e]) + (t.n0 + row0) * a.K + chunk * 16
+               : wa + 4 * b_step;
+    uint32_t ok = 0;  // bit i: A row i in the expert; bit 8 + i: B row i a weight row
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      ok |= static_cast<uint32_t>(t.r0 + row0 + 16 * i < t.r_end) << i;
+      ok |= static_cast<uint32_t>(t.n0 + row0 + 16 * (kGated ? i & 3 : i) < a.N) << (8 + i);
+    }
+    const bool s_ok = t.r0 + p < t.r_end;
+    const float* xs = a.x_scale + t.r0 + p;
+    const bool w_ok = p == 0 || (kGated && p == 1);
+    const float* ws = reinterpret_cast<const float*>(kGated && p == 1 ? a.s2[t.e] : a.s1[t.e]) +
+                      (t.n0 / 128) * a.sw_ld;
+    for (int kb = 0; kb < KB; ++kb) {
+      mbar_wait(&ring.empty[pos.slot], pos.phase ^ 1);
+      const uint32_t da = dst + pos.slot * kTileBytes;
+      const uint32_t k_ok = kb * kBK + chunk * 16 < a.K ? ~0u : 0u;
+      const uint32_t row_ok = ok & k_ok;
+      const uint8_t* xk = xa + kb * kBK;
+      const uint8_t* wak = wa + kb * kBK;
+      const uint8_t* wbk = wb + kb * kBK;
+      // A row past the tile's valid ones keeps its address and copies nothing (zero fill).
+      [&]<int... I>(std::integer_sequence<int, I...>) {
+        ((cp_async16_at<2048 * I>(da, xk + I * a_step, row_ok >> I & 1 ? 16 : 0),
+          cp_async16_at<kStages * kTileBytes + 2048 * I>(da, (I < 4 ? wak : wbk) + (I & 3) * b_step,
+                                                         row_ok >> (8 + I) & 1 ? 16 : 0)),
+         ...);
+      }
+      (std::make_integer_sequence<int, 8>{});
+      float* sc = ring.scales + pos.slot * (kBM + 4);
+      cp_async4(sc + p, xs + kb * a.x_scale_ld, s_ok ? 4 : 0);
+      if (w_ok) cp_async4(sc + kBM + p, ws + kb, 4);
+      cp_async_mbar_arrive(&ring.full[pos.slot]);
+      pos.advance();
+    }
+  }
+}
 
-    // K block kb into ring slot `slot`: 2 × 128 rows × 8 chunks of 16 bytes (8 per thread), the
-    // rows' activation scales and the weight scales.
-    const auto load = [&](int slot, int64_t kb) {
-      uint8_t* da = sa + slot * kTileBytes;
-      uint8_t* db = sb + slot * kTileBytes;
-      const int64_t k = kb * kBK + chunk * 16;
-      const bool k_ok = k < a.K;
-#pragma unroll
-      for (int i = 0; i < kBM / 32; ++i) {
-        const int row = row_base + 32 * i;
-        const int64_t r = t.r0 + row;
-        const bool ok = k_ok && r < t.r_end;
-        cp_async16(da + swizzle128(row, chunk), ok ? a.xq + r * a.ldq + k : a.xq, ok ? 16 : 0);
-      }
-#pragma unroll
-      for (int i = 0; i < kBN / 32; ++i) {
-        const int row = row_base + 32 * i;
-        const bool second = kGated && row >= kBN / 2;
-        const uint8_t* w = second ? w2 : w1;
-        const int64_t n = t.n0 + (second ? row - kBN / 2 : row);
-        const bool ok = k_ok && n < a.N;
-        cp_async16(db + swizzle128(row, chunk), ok ? w + n * a.K + k : w1, ok ? 16 : 0);
-      }
-      float* sc = ss + slot * (kBM + 4);
-      if (tid < kBM) {
-        const int64_t r = t.r0 + tid;
-        const float* src = a.x_scale + kb * a.x_scale_ld + r;
-        cp_async4(sc + tid, r < t.r_end ? src : a.x_scale, r < t.r_end ? 4 : 0);
-      } else if (tid == kBM) {
-        cp_async4(sc + kBM, s1 + kb, 4);
-      } else if (kGated && tid == kBM + 1) {
-        cp_async4(sc + kBM + 1, s2 + kb, 4);
-      }
-    };
+// A consumer warpgroup (wgc 0 or 1: tile rows 64 wgc ..): kSub MMAs (32 K each) accumulated in
+// the tensor cores before each promotion to the fp32 accumulator.
+template <bool kGated, int kSub>
+__device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& ring, const int* cum,
+                                        int n_tiles, int n_step, int KB, int wgc) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  // This thread's accumulator rows within the tile (C fragment rows l/4 and l/4 + 8 of its warp).
+  const int frag_row = wgc * 64 + warp * 16 + (lane >> 2);
+  RingPos pos;
+  for (int tile = blockIdx.x;; tile += gridDim.x) {
+    Tile t;
+    if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
 
     float acc[64], p0[64], p1[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kStages - 2; ++s) {
-      if (s < KB) load(s, s);
-      cp_async_commit();
-    }
-    // Sub-step i: kSub of the kBK / 32 MMAs of K block i / kPer into a fresh fragment.
-    constexpr int kPer = kBK / 32 / kSub;
-    const int64_t steps = KB * kPer;
-    // Adds sub-step i's fragment to the accumulator with its block's scales (from the ring).
-    const auto promote = [&](float(&part)[64], int64_t i) {
-      const float* sc = ss + static_cast<int>((i / kPer) % kStages) * (kBM + 4);
-      const float sx0 = sc[frag_row], sx1 = sc[frag_row + 8];
-      const float sw1 = sc[kBM], sw2 = kGated ? sc[kBM + 1] : sw1;
+    // Per K block, the products of this thread's two row scales and the block's two weight
+    // scales: the current block's (fc) and the previous one's (fp), whose last sub-step is
+    // promoted during the current block's first.
+    float fc[4], fp[4];
+    int slot = 0, prev_slot = 0;
+    constexpr int kPer = kBK / 32 / kSub;  // sub-steps per K block
+    const int steps = KB * kPer;
+    const auto promote = [&](float(&part)[64], const float(&f)[4]) {
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        const float sw = kGated && j >= 8 ? sw2 : sw1;
-        acc[4 * j + 0] += part[4 * j + 0] * (sx0 * sw);
-        acc[4 * j + 1] += part[4 * j + 1] * (sx0 * sw);
-        acc[4 * j + 2] += part[4 * j + 2] * (sx1 * sw);
-        acc[4 * j + 3] += part[4 * j + 3] * (sx1 * sw);
+        const int hi = kGated && j >= 8 ? 1 : 0;
+        acc[4 * j + 0] += part[4 * j + 0] * f[0 + hi];
+        acc[4 * j + 1] += part[4 * j + 1] * f[0 + hi];
+        acc[4 * j + 2] += part[4 * j + 2] * f[2 + hi];
+        acc[4 * j + 3] += part[4 * j + 3] * f[2 + hi];
       }
     };
-    // Sub-step i into `cur`; the first of a block waits for the block's slot and refills the ring.
-    const auto issue = [&](int64_t i, float(&cur)[64]) {
-      const int64_t kb = i / kPer;
-      const int sub = static_cast<int>(i % kPer);
-      if (sub == 0) {
-        cp_async_wait<kStages - 3>();
-        fence_proxy_async_smem();
-        __syncthreads();  // block kb is in its slot; block kb - 2's slot is free
-        if (kb + kStages - 2 < KB)
-          load(static_cast<int>((kb + kStages - 2) % kStages), kb + kStages - 2);
-        cp_async_commit();
+    const auto release = [&](int s) {
+      if (lane == 0) mbar_arrive(&ring.empty[s]);
+    };
+    // Sub-step i (sub-step `sub` of its block) into `cur`; a block's first waits for the block's
+    // slot and reads its scales.
+    const auto issue = [&]<bool kBlockStart>(int sub, float(&cur)[64]) {
+      if constexpr (kBlockStart) {
+        mbar_wait(&ring.full[pos.slot], pos.phase);
+        fence_proxy_async_smem();  // the producer's cp.async writes before these wgmma reads
+        prev_slot = slot;
+        slot = pos.slot;
+        pos.advance();
+        const float* sc = ring.scales + slot * (kBM + 4);
+        const float sx0 = sc[frag_row], sx1 = sc[frag_row + 8];
+        const float sw1 = sc[kBM], sw2 = kGated ? sc[kBM + 1] : sw1;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) fp[k] = fc[k];
+        fc[0] = sx0 * sw1;
+        fc[1] = sx0 * sw2;
+        fc[2] = sx1 * sw1;
+        fc[3] = sx1 * sw2;
       }
-      const int slot = static_cast<int>(kb % kStages);
       // +32 bytes of K per MMA: 2 in the descriptors' 16-byte units.
-      const uint64_t da = wgmma_desc_sw128(sa + slot * kTileBytes + wg * 64 * kBK) + 2 * kSub * sub;
-      const uint64_t db = wgmma_desc_sw128(sb + slot * kTileBytes) + 2 * kSub * sub;
+      const uint64_t da =
+          wgmma_desc_sw128(ring.a + slot * kTileBytes + wgc * 64 * kBK) + 2 * kSub * sub;
+      const uint64_t db = wgmma_desc_sw128(ring.b + slot * kTileBytes) + 2 * kSub * sub;
       wgmma_fence_operands(cur);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kSub; ++k) wgmma_e4m3_m64n128k32(cur, da + 2 * k, db + 2 * k, k);
       wgmma_commit();
     };
-    // Sub-step i into `cur`, then sub-step i - 1 promoted from `prev` once its MMAs are done.
-    const auto step = [&](int64_t i, float(&cur)[64], float(&prev)[64]) {
-      issue(i, cur);
+    // Sub-step i into `cur`, then sub-step i - 1 promoted from `prev` once its MMAs are done; a
+    // block's first sub-step frees the previous block's slot after that promotion.
+    const auto step = [&]<bool kBlockStart>(int sub, float(&cur)[64], float(&prev)[64]) {
+      issue.template operator()<kBlockStart>(sub, cur);
       wgmma_wait<1>();
       wgmma_fence_operands(prev);
-      promote(prev, i - 1);
+      if constexpr (kBlockStart) {
+        promote(prev, fp);
+        release(prev_slot);
+      } else {
+        promote(prev, fc);
+      }
     };
-    issue(0, p0);
-    int64_t i = 1;
-    for (; i + 1 < steps; i += 2) {
-      step(i, p1, p0);
-      step(i + 1, p0, p1);
-    }
-    if (i < steps) {
-      step(i, p1, p0);
+    // Sub-step i = 1 + O (mod kU): its fragment by its parity, its place in the block known.
+    constexpr int kU = kPer > 2 ? kPer : 2;  // sub-steps per loop iteration: whole blocks, even
+    const auto step_at = [&]<int O>() {
+      constexpr int sub = (1 + O) % kPer;
+      if constexpr ((1 + O) % 2 == 1)
+        step.template operator()<sub == 0>(sub, p1, p0);
+      else
+        step.template operator()<sub == 0>(sub, p0, p1);
+    };
+    issue.template operator()<true>(0, p0);
+    int i = 1;
+    for (; i + kU <= steps; i += kU) [&]<int... O>(std::integer_sequence<int, O...>) {
+        (step_at.template operator()<O>(), ...);
+      }
+    (std::make_integer_sequence<int, kU>{});
+    // The rest, fewer than kU sub-steps, then the last promotion. Every path ends in its own
+    // wait and promotion: which fragment is in flight stays known at compile time.
+    const auto finish = [&]<int O>() {  // sub-steps before i + O issued; the last's parity is O's
       wgmma_wait<0>();
-      wgmma_fence_operands(p1);
-      promote(p1, i);
-    } else {
-      wgmma_wait<0>();
-      wgmma_fence_operands(p0);
-      promote(p0, i - 1);
+      if constexpr (O % 2 == 1) {
+        wgmma_fence_operands(p1);
+        promote(p1, fc);
+      } else {
+        wgmma_fence_operands(p0);
+        promote(p0, fc);
+      }
+    };
+    bool done = false;
+    [&]<int... O>(std::integer_sequence<int, O...>) {
+      ((done = done ||
+               [&] {
+                 if (O == kU - 1 || i + O == steps) {  // the loop left fewer than kU
+                   finish.template operator()<O>();
+                   return true;
+                 }
+                 step_at.template operator()<O>();
+                 return false;
+               }()),
+       ...);
     }
+    (std::make_integer_sequence<int, kU>{});
+    release(slot);
 
     auto* y = static_cast<__nv_bfloat16*>(a.y);
     const int64_t row0 = t.r0 + frag_row;
@@ -257,8 +305,57 @@ __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8Gem
         *reinterpret_cast<__nv_bfloat162*>(y + r * a.ldy + n) = __floats2bfloat162_rn(v0, v1);
       }
     }
-    // The next tile's first loads reuse the ring (and its scales, read by the last promotion).
-    __syncthreads();
+  }
+}
+
+template <bool kGated, int kSub>
+__global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8GemmArgs a) {
+  pdl_begin();
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ int cum[kMoeMaxExperts + 1];
+  __shared__ uint64_t full[kStages], empty[kStages];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~static_cast<uintptr_t>(1023));
+  const Ring ring{smem, smem + kStages * kTileBytes,
+                  reinterpret_cast<float*>(smem + 2 * kStages * kTileBytes), full, empty};
+
+  const int E = a.experts;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  if (warp == 0) {
+    // Row tiles per expert, prefix-summed: each lane a run of experts, then a warp scan.
+    const int per = (E + 31) / 32, e_lo = min(E, lane * per), e_hi = min(E, e_lo + per);
+    int sum = 0;
+    for (int e = e_lo; e < e_hi; ++e) sum += (a.offsets[e + 1] - a.offsets[e] + kBM - 1) / kBM;
+    int incl = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    int run = incl - sum;
+    for (int e = e_lo; e < e_hi; ++e) {
+      cum[e] = run;
+      run += (a.offsets[e + 1] - a.offsets[e] + kBM - 1) / kBM;
+    }
+    if (lane == 31) cum[E] = incl;
+  } else if (tid == 32) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], kWarpgroup);
+      mbar_init(&empty[s], kConsumerWarps);
+    }
+  }
+  __syncthreads();
+
+  // Computed in each role: nothing but the arguments lives across the register reallocation.
+  constexpr int n_step = kGated ? kBN / 2 : kBN;  // outputs per tile
+  const auto n_tiles = [&] { return static_cast<int>((a.N + n_step - 1) / n_step); };
+  const auto KB = [&] { return static_cast<int>((a.K + kBK - 1) / kBK); };
+  if (wg == 0) {
+    warpgroup_reg_dealloc<kProducerRegs>();
+    produce<kGated>(a, ring, cum, n_tiles(), n_step, KB(), tid);
+  } else {
+    warpgroup_reg_alloc<kConsumerRegs>();
+    consume<kGated, kSub>(a, ring, cum, n_tiles(), n_step, KB(), wg - 1);
   }
 }
 

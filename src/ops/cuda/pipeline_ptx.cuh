@@ -1,0 +1,53 @@
+// Inline PTX for warp-specialised pipelines on Hopper (sm_90a): shared-memory mbarriers, the
+// arrival of a thread's cp.async copies on one, and warpgroup register reallocation.
+// Phases: a barrier starts in phase 0; mbar_wait(bar, p) returns once the phase of parity p has
+// completed, so on a fresh barrier a wait for parity 1 returns at once (a producer's first pass
+// over an empty ring).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/cuda/mma_ptx.cuh"
+
+namespace mls::ops::cuda::kernels {
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals)
+               : "memory");
+}
+
+// One arrival, releasing this thread's earlier shared-memory accesses to the phase's waiters.
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// One arrival once every cp.async this thread issued so far has landed (it counts as one of the
+// arrivals the barrier was initialised with).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
+
+// Blocks until the phase of parity `parity` has completed (try_wait suspends the thread in
+// hardware between polls).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Warpgroup register reallocation: every warp of the warpgroup executes it; the count is a
+// multiple of 8 in [24, 256].
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+}  // namespace mls::ops::cuda::kernels

@@ -149,13 +149,13 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const Ring& rin
       const uint8_t* wak = wa + kb * kBK;
       const uint8_t* wbk = wb + kb * kBK;
       // A row past the tile's valid ones keeps its address and copies nothing (zero fill).
-      [&]<int... I>(std::integer_sequence<int, I...>) {
+      const auto copy_rows = [&]<int... I>(std::integer_sequence<int, I...>) {
         ((cp_async16_at<2048 * I>(da, xk + I * a_step, row_ok >> I & 1 ? 16 : 0),
           cp_async16_at<kStages * kTileBytes + 2048 * I>(da, (I < 4 ? wak : wbk) + (I & 3) * b_step,
                                                          row_ok >> (8 + I) & 1 ? 16 : 0)),
          ...);
-      }
-      (std::make_integer_sequence<int, 8>{});
+      };
+      copy_rows(std::make_integer_sequence<int, 8>{});
       float* sc = ring.scales + pos.slot * (kBM + 4);
       cp_async4(sc + p, xs + kb * a.x_scale_ld, s_ok ? 4 : 0);
       if (w_ok) cp_async4(sc + kBM + p, ws + kb, 4);
@@ -173,6 +173,8 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& rin
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   // This thread's accumulator rows within the tile (C fragment rows l/4 and l/4 + 8 of its warp).
   const int frag_row = wgc * 64 + warp * 16 + (lane >> 2);
+  const uint64_t desc_a = wgmma_desc_sw128(ring.a + wgc * 64 * kBK),
+                 desc_b = wgmma_desc_sw128(ring.b);
   RingPos pos;
   for (int tile = blockIdx.x;; tile += gridDim.x) {
     Tile t;
@@ -220,10 +222,10 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& rin
         fc[2] = sx1 * sw1;
         fc[3] = sx1 * sw2;
       }
-      // +32 bytes of K per MMA: 2 in the descriptors' 16-byte units.
-      const uint64_t da =
-          wgmma_desc_sw128(ring.a + slot * kTileBytes + wgc * 64 * kBK) + 2 * kSub * sub;
-      const uint64_t db = wgmma_desc_sw128(ring.b + slot * kTileBytes) + 2 * kSub * sub;
+      // The slot's tiles: kTileBytes further per slot, +32 bytes of K per MMA (2 in the
+      // descriptors' 16-byte units).
+      const uint64_t da = desc_a + slot * (kTileBytes >> 4) + 2 * kSub * sub;
+      const uint64_t db = desc_b + slot * (kTileBytes >> 4) + 2 * kSub * sub;
       wgmma_fence_operands(cur);
       wgmma_fence();
 #pragma unroll
@@ -253,11 +255,11 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& rin
         step.template operator()<sub == 0>(sub, p0, p1);
     };
     issue.template operator()<true>(0, p0);
+    const auto loop_body = [&]<int... O>(std::integer_sequence<int, O...>) {
+      (step_at.template operator()<O>(), ...);
+    };
     int i = 1;
-    for (; i + kU <= steps; i += kU) [&]<int... O>(std::integer_sequence<int, O...>) {
-        (step_at.template operator()<O>(), ...);
-      }
-    (std::make_integer_sequence<int, kU>{});
+    for (; i + kU <= steps; i += kU) loop_body(std::make_integer_sequence<int, kU>{});
     // The rest, fewer than kU sub-steps, then the last promotion. Every path ends in its own
     // wait and promotion: which fragment is in flight stays known at compile time.
     const auto finish = [&]<int O>() {  // sub-steps before i + O issued; the last's parity is O's
@@ -270,20 +272,18 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& rin
         promote(p0, fc);
       }
     };
-    bool done = false;
-    [&]<int... O>(std::integer_sequence<int, O...>) {
-      ((done = done ||
-               [&] {
-                 if (O == kU - 1 || i + O == steps) {  // the loop left fewer than kU
-                   finish.template operator()<O>();
-                   return true;
-                 }
-                 step_at.template operator()<O>();
-                 return false;
-               }()),
-       ...);
-    }
-    (std::make_integer_sequence<int, kU>{});
+    const auto tail_step = [&]<int O>() {   // true once finished
+      if (O == kU - 1 || i + O == steps) {  // the loop left fewer than kU
+        finish.template operator()<O>();
+        return true;
+      }
+      step_at.template operator()<O>();
+      return false;
+    };
+    const auto tail = [&]<int... O>(std::integer_sequence<int, O...>) {
+      (tail_step.template operator()<O>() || ...);
+    };
+    tail(std::make_integer_sequence<int, kU>{});
     release(slot);
 
     auto* y = static_cast<__nv_bfloat16*>(a.y);
@@ -314,8 +314,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8Gem
   extern __shared__ uint8_t smem_raw[];
   __shared__ int cum[kMoeMaxExperts + 1];
   __shared__ uint64_t full[kStages], empty[kStages];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~static_cast<uintptr_t>(1023));
+  // Aligned by pointer arithmetic on the shared array, so the compiler keeps its state space
+  // (shared loads of the scales, not generic ones).
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   const Ring ring{smem, smem + kStages * kTileBytes,
                   reinterpret_cast<float*>(smem + 2 * kStages * kTileBytes), full, empty};
 

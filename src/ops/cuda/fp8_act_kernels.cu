@@ -11,7 +11,8 @@ namespace mls::ops::cuda::kernels {
 namespace {
 
 constexpr int kQuantBlock = 256;   // 8 warps
-constexpr int kGroupsPerWarp = 4;  // 128-groups of one token per warp, loaded together
+constexpr int kGroupsPerWarp = 8;  // 128-groups of one token per warp, loaded together
+constexpr int kLaneValues = 8;     // a half-warp per group: 16 bytes of bf16 a lane
 
 // Where the quantised values come from: x itself (row t, or row rows[t] when given: a negative
 // index is a zero row), or silu(gate) · up (x is gate), which the kernel also writes to `out` in
@@ -26,69 +27,86 @@ struct QuantSource {
   int64_t ldo = 0;
 };
 
-// Four values of row `row` from column k0 (zero past K).
-__device__ __forceinline__ void load4(const __nv_bfloat16* row, int64_t k0, int64_t K, bool vec,
-                                      float* v) {
-  if (vec && k0 + 4 <= K) {
-    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(row + k0));
-    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-    v[0] = __low2float(lo);
-    v[1] = __high2float(lo);
-    v[2] = __low2float(hi);
-    v[3] = __high2float(hi);
+// Eight bf16 values of row `row` from column k0 (zero past K), as they are in memory: value i
+// in the low (even i) or high half of word i / 2.
+struct Bf16x8 {
+  uint32_t w[kLaneValues / 2];
+  __device__ __forceinline__ float get(int i) const {
+    return __uint_as_float(i % 2 ? w[i / 2] & 0xffff0000u : w[i / 2] << 16);
+  }
+  __device__ __forceinline__ void set(int i, __nv_bfloat16 x) {
+    const uint32_t bits = __bfloat16_as_ushort(x);
+    w[i / 2] = i % 2 ? (w[i / 2] & 0xffffu) | bits << 16 : (w[i / 2] & 0xffff0000u) | bits;
+  }
+};
+__device__ __forceinline__ Bf16x8 load8(const __nv_bfloat16* row, int64_t k0, int64_t K, bool vec) {
+  Bf16x8 v;
+  if (vec && k0 + kLaneValues <= K) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k0));
+    v.w[0] = raw.x;
+    v.w[1] = raw.y;
+    v.w[2] = raw.z;
+    v.w[3] = raw.w;
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = k0 + i < K ? __bfloat162float(row[k0 + i]) : 0.0f;
+    for (int i = 0; i < kLaneValues / 2; ++i) v.w[i] = 0;
+#pragma unroll
+    for (int i = 0; i < kLaneValues; ++i)
+      if (k0 + i < K) v.set(i, row[k0 + i]);
   }
+  return v;
 }
 
-// One warp per kGroupsPerWarp consecutive 128-groups of a token; lane l holds elements
-// 4l..4l+3 of each group (one 8-byte load when the row allows it).
+// One warp per kGroupsPerWarp consecutive 128-groups of a token, two groups at a time: half h
+// of the warp takes group 2g + h, lane l of the half its elements 8l .. 8l + 7. The values stay
+// bf16 in registers until quantised (more warps per SM, more loads in flight).
 template <bool kSilu>
 __global__ void quantize_fp8_act_kernel(const QuantSource src, int64_t T, int64_t K, int64_t KB,
                                         int64_t ldq, int64_t t_lead, bool vec,
                                         uint8_t* __restrict__ q, float* __restrict__ s) {
   pdl_begin();
   const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, half = lane >> 4, hl = lane & 15;
   const int64_t warps_per_token = (KB + kGroupsPerWarp - 1) / kGroupsPerWarp;
   const int64_t t = gw / warps_per_token;
   if (t >= T) return;
-  const int64_t kb0 = gw % warps_per_token * kGroupsPerWarp;
+  const int64_t kb0 = gw % warps_per_token * kGroupsPerWarp + half;
   const int64_t row = src.rows ? src.rows[t] : t;
-  float v[kGroupsPerWarp][4];
+  constexpr int kPairs = kGroupsPerWarp / 2;
+  Bf16x8 v[kPairs];
 #pragma unroll
-  for (int g = 0; g < kGroupsPerWarp; ++g) {
-    const int64_t k0 = (kb0 + g) * 128 + lane * 4;
-    load4(src.x + row * src.ldx, k0, row < 0 ? 0 : K, vec, v[g]);
+  for (int g = 0; g < kPairs; ++g) {
+    const int64_t k0 = (kb0 + 2 * g) * 128 + hl * kLaneValues;
+    v[g] = load8(src.x + row * src.ldx, k0, row < 0 ? 0 : K, vec);
     if constexpr (kSilu) {
-      float u[4];
-      load4(src.up + t * src.ldu, k0, K, vec, u);
+      const Bf16x8 u = load8(src.up + t * src.ldu, k0, K, vec);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const __nv_bfloat16 r = __float2bfloat16_rn(silu_mul_value(v[g][i], u[i]));
+      for (int i = 0; i < kLaneValues; ++i) {
+        const __nv_bfloat16 r = __float2bfloat16_rn(silu_mul_value(v[g].get(i), u.get(i)));
+        v[g].set(i, r);
         if (k0 + i < K) src.out[t * src.ldo + k0 + i] = r;
-        v[g][i] = __bfloat162float(r);
       }
     }
   }
 #pragma unroll
-  for (int g = 0; g < kGroupsPerWarp; ++g) {
-    const int64_t kb = kb0 + g;
-    if (kb >= KB) break;
+  for (int g = 0; g < kPairs; ++g) {
+    if (kb0 - half + 2 * g >= KB) break;  // both halves past the row
+    float f[kLaneValues];
+#pragma unroll
+    for (int i = 0; i < kLaneValues; ++i) f[i] = v[g].get(i);
     float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[g][i]));
+    for (int i = 0; i < kLaneValues; ++i) amax = fmaxf(amax, fabsf(f[i]));
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
+    for (int off = 8; off > 0; off >>= 1)
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const int64_t kb = kb0 + 2 * g;
+    if (kb >= KB) continue;
     const float scale = fp8_act::group_scale(amax);
-    const int64_t k0 = kb * 128 + lane * 4;
+    const int64_t k0 = kb * 128 + hl * kLaneValues;
     if (k0 < ldq)
-      *reinterpret_cast<uint32_t*>(q + t * ldq + k0) =
-          static_cast<uint32_t>(fp8_act::pack<4>(v[g], scale));
-    if (lane == 0) s[fp8_act::scale_index(t, kb, T, KB, t_lead)] = scale;
+      *reinterpret_cast<uint64_t*>(q + t * ldq + k0) = fp8_act::pack<kLaneValues>(f, scale);
+    if (hl == 0) s[fp8_act::scale_index(t, kb, T, KB, t_lead)] = scale;
   }
 }
 
@@ -99,10 +117,10 @@ cudaError_t launch_quantize(const QuantSource& src, int64_t T, int64_t K, int64_
   const int64_t warps = T * ((KB + kGroupsPerWarp - 1) / kGroupsPerWarp);
   if (warps == 0) return cudaSuccess;
   const int64_t blocks = (warps * 32 + kQuantBlock - 1) / kQuantBlock;
-  const auto rows4 = [](const void* p, int64_t ld) {
-    return ld % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+  const auto rows16 = [](const void* p, int64_t ld) {  // 16-byte loads: rows of 8 bf16 aligned
+    return ld % kLaneValues == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
   };
-  const bool vec = rows4(src.x, src.ldx) && (!kSilu || rows4(src.up, src.ldu));
+  const bool vec = rows16(src.x, src.ldx) && (!kSilu || rows16(src.up, src.ldu));
   launch(quantize_fp8_act_kernel<kSilu>, static_cast<unsigned>(blocks), kQuantBlock, 0, stream, src,
          T, K, KB, ldq, t_lead, vec, q, s);
   return cudaGetLastError();

@@ -30,13 +30,13 @@ Tensor gather_from_layout(const Tensor& local, const TokenLayout& layout, const 
 }  // namespace
 
 void settle(Tensor& x, PendingAdd& pending) {
-  if (!pending.delta.defined() || pending.added) return;
+  if (!pending.open()) return;
   ops::add(x, pending.delta, x);
   pending.added = true;
 }
 
 void norm_with_pending(Tensor& x, PendingAdd& pending, const Tensor& w, float eps, Tensor& y) {
-  if (pending.delta.defined() && !pending.added)
+  if (pending.open())
     ops::add_rms_norm(x, pending.delta, w, eps, y);
   else
     ops::rms_norm(x, w, eps, y);

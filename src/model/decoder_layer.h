@@ -22,6 +22,7 @@ namespace mls {
 struct PendingAdd {
   Tensor delta;
   bool added = false;
+  bool open() const { return delta.defined() && !added; }  // a delta x still lacks
 };
 
 // x += the pending delta unless it is added already: x whole.

@@ -20,14 +20,6 @@
 
 namespace mls::ops::cuda::kernels {
 
-// First statement of every kernel launched through `launch`: lets the stream's next kernel be
-// scheduled now (it waits for this one in its own pdl_begin), then waits for this kernel's
-// predecessor.
-__device__ __forceinline__ void pdl_begin() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-
 // pdl_begin in two halves, for a kernel that lets the stream's next kernel be scheduled only
 // once its own main loop is done: wait before anything else, trigger later.
 __device__ __forceinline__ void pdl_wait() {
@@ -35,6 +27,14 @@ __device__ __forceinline__ void pdl_wait() {
 }
 __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// First statement of every kernel launched through `launch`: lets the stream's next kernel be
+// scheduled now (it waits for this one in its own pdl_begin), then waits for this kernel's
+// predecessor.
+__device__ __forceinline__ void pdl_begin() {
+  pdl_trigger();
+  pdl_wait();
 }
 
 inline bool pdl_enabled() {

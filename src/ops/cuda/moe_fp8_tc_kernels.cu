@@ -45,7 +45,7 @@ constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <= 65536,
               "the register file of one SM");
 // Arrivals that free a slot: every consumer warp, once its MMAs and promotions are past it.
-constexpr int kConsumerWarps = 8;
+constexpr int kConsumerWarps = 2 * kWarpgroup / 32;
 // K summed inside the tensor cores between promotions (the launcher's default). Hopper's FP8
 // MMAs accumulate with fewer bits than fp32: promoting every 128 K, as DeepSeek's recipe does,
 // put the grouped experts at 4.9e-3 rel-L2 from the exact emulation (the FP8 tolerance is 4e-3,

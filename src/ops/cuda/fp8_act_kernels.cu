@@ -34,6 +34,9 @@ struct Bf16x8 {
   __device__ __forceinline__ float get(int i) const {
     return __uint_as_float(i % 2 ? w[i / 2] & 0xffff0000u : w[i / 2] << 16);
   }
+  __device__ __forceinline__ __nv_bfloat16 at(int i) const {
+    return __ushort_as_bfloat16(static_cast<unsigned short>(i % 2 ? w[i / 2] >> 16 : w[i / 2]));
+  }
   __device__ __forceinline__ void set(int i, __nv_bfloat16 x) {
     const uint32_t bits = __bfloat16_as_ushort(x);
     w[i / 2] = i % 2 ? (w[i / 2] & 0xffffu) | bits << 16 : (w[i / 2] & 0xffff0000u) | bits;
@@ -81,10 +84,15 @@ __global__ void quantize_fp8_act_kernel(const QuantSource src, int64_t T, int64_
     if constexpr (kSilu) {
       const Bf16x8 u = load8(src.up + t * src.ldu, k0, K, vec);
 #pragma unroll
-      for (int i = 0; i < kLaneValues; ++i) {
-        const __nv_bfloat16 r = __float2bfloat16_rn(silu_mul_value(v[g].get(i), u.get(i)));
-        v[g].set(i, r);
-        if (k0 + i < K) src.out[t * src.ldo + k0 + i] = r;
+      for (int i = 0; i < kLaneValues; ++i)
+        v[g].set(i, __float2bfloat16_rn(silu_mul_value(v[g].get(i), u.get(i))));
+      __nv_bfloat16* out = src.out + t * src.ldo + k0;
+      if (vec && k0 + kLaneValues <= K) {
+        *reinterpret_cast<uint4*>(out) = make_uint4(v[g].w[0], v[g].w[1], v[g].w[2], v[g].w[3]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kLaneValues; ++i)
+          if (k0 + i < K) out[i] = v[g].at(i);
       }
     }
   }
@@ -120,7 +128,8 @@ cudaError_t launch_quantize(const QuantSource& src, int64_t T, int64_t K, int64_
   const auto rows16 = [](const void* p, int64_t ld) {  // 16-byte loads: rows of 8 bf16 aligned
     return ld % kLaneValues == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
   };
-  const bool vec = rows16(src.x, src.ldx) && (!kSilu || rows16(src.up, src.ldu));
+  const bool vec =
+      rows16(src.x, src.ldx) && (!kSilu || (rows16(src.up, src.ldu) && rows16(src.out, src.ldo)));
   launch(quantize_fp8_act_kernel<kSilu>, static_cast<unsigned>(blocks), kQuantBlock, 0, stream, src,
          T, K, KB, ldq, t_lead, vec, q, s);
   return cudaGetLastError();

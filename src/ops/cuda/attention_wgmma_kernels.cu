@@ -89,12 +89,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Tile loader: 4 threads per key row, each a quarter of its chunks. A thread resolves its row
-  // of the next tile as soon as it has issued the current one, off the critical path.
+  // Tile loader: 4 threads per key row, each a quarter of its chunks. A row's list entry and
+  // block-table entry are dependent loads; they are issued three and two tiles ahead, so each
+  // has a tile's compute to land before the row is resolved, a tile ahead of its copy.
   const int ld_n = tid >> 2, ld_sub = tid & 3;
-  auto resolve = [&](int tile) -> int64_t {
+  auto index_of = [&](int tile) {
     const int64_t i = begin + static_cast<int64_t>(tile) * kKeys + ld_n;
-    return tile < ntiles && i < end ? entry_row(p, t, i, nk, seq) : -1;
+    int32_t index = -1;
+    if (tile < ntiles && i < end) index = entry_index(p, t, i);
+    return index;
   };
   auto load_tile = [&](int stage, int64_t row) {
     if (ld_sub == 0) valid_s[stage * kKeys + ld_n] = row >= 0;
@@ -107,12 +110,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Whether this thread's row of the tile in flight holds a key: a tile of none adds nothing
   // (its probabilities are 0 and the running maximum stays), so it is skipped, exactly. DSA
   // lists of early queries are mostly such padding.
-  int64_t next_row = resolve(0);
+  const int32_t index0 = index_of(0), index1 = index_of(1), index2 = index_of(2);
+  int32_t index = index_of(3);  // at the top of iteration `it`: of tile it + 3
+  const PendingRow pending0 = entry_lookup(p, index0, nk, seq);
+  const PendingRow pending1 = entry_lookup(p, index1, nk, seq);
+  PendingRow pending = entry_lookup(p, index2, nk, seq);  // of tile it + 2
+  int64_t next_row = entry_resolve(p, pending0);          // of tile it + 1
   bool in_flight_ok = next_row >= 0;
-  if (ntiles > 0) {
-    load_tile(0, next_row);
-    next_row = resolve(1);
-  }
+  if (ntiles > 0) load_tile(0, next_row);
+  next_row = entry_resolve(p, pending1);
   cp_async_commit();
 
   const float scale_log2 = p.scale * kLog2e;
@@ -136,7 +142,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     in_flight_ok = next_row >= 0;
     if (it + 1 < ntiles) {
       load_tile(stage ^ 1, next_row);
-      next_row = resolve(it + 2);
+      next_row = entry_resolve(p, pending);
+      pending = entry_lookup(p, index, nk, seq);
+      index = index_of(it + 4);
     }
     cp_async_commit();
     if (!any_key) continue;
@@ -224,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk)
-        wgmma_bf16_m64n256k16_bmn(o, p_desc + kk * 2, v_desc + kk * (2048 >> 4), 1);
+        wgmma_bf16_m64n256k16<1>(o, p_desc + kk * 2, v_desc + kk * (2048 >> 4), 1);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(o);

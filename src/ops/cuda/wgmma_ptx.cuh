@@ -101,10 +101,12 @@ __device__ __forceinline__ void wgmma_bf16_m64n32k16(float (&d)[16], uint64_t de
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// d (+)= A · B: A 64×16 bf16 K-major, B 16×256 bf16 N-major (rows of B contiguous along N) in
-// shared memory; d the 64×256 fp32 fragment (128 floats, layout as above).
-__device__ __forceinline__ void wgmma_bf16_m64n256k16_bmn(float (&d)[128], uint64_t desc_a,
-                                                          uint64_t desc_b, int accumulate) {
+// d (+)= A · B: A 64×16 bf16 K-major; B in shared memory either 256×16 K-major (kBNMajor = 0,
+// d (+)= A · Bᵀ as above) or 16×256 N-major (kBNMajor = 1: rows of B contiguous along N); d the
+// 64×256 fp32 fragment (128 floats, layout as above).
+template <int kBNMajor>
+__device__ __forceinline__ void wgmma_bf16_m64n256k16(float (&d)[128], uint64_t desc_a,
+                                                      uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
@@ -116,7 +118,7 @@ __device__ __forceinline__ void wgmma_bf16_m64n256k16_bmn(float (&d)[128], uint6
       "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "
       "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "
       "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, "
-      "1;\n}\n"
+      "%131;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
@@ -136,7 +138,7 @@ __device__ __forceinline__ void wgmma_bf16_m64n256k16_bmn(float (&d)[128], uint6
         "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
         "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
         "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBNMajor));
 }
 
 }  // namespace mls::ops::cuda::kernels

@@ -26,7 +26,9 @@
 #include <cmath>
 
 #include "ops/cuda/device_facts.h"
+#include "ops/cuda/indexer_keys.cuh"
 #include "ops/cuda/indexer_topk_kernels.h"
+#include "ops/cuda/indexer_wgmma_kernels.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_ptx.cuh"
 #include "ops/scratch_sizes.h"
@@ -42,27 +44,6 @@ constexpr int kTile = kScoreWarps * 32;  // keys per tile: 32 per warp
 constexpr int kTopkThreads = 512;
 constexpr int kTopkWarps = kTopkThreads / 32;
 constexpr int kCacheFloats = 16 * 1024;  // rows up to this length stay in shared memory (64 KiB)
-
-// Positions query t scores: j < min(q_pos + 1, row_len, key_bound), none if its sequence is
-// out of range.
-__device__ __forceinline__ int64_t valid_keys(const IndexerParams& p, int t) {
-  if (p.block_tables && (p.token_seq[t] < 0 || p.token_seq[t] >= p.num_seqs)) return 0;
-  int64_t n = static_cast<int64_t>(p.q_pos[t]) + 1;
-  n = n < p.row_len[t] ? n : p.row_len[t];
-  n = n < p.key_bound ? n : p.key_bound;
-  return n > 0 ? n : 0;
-}
-
-// Row of k holding key position j of query t (j < valid_keys), or -1 for an address outside
-// the cache (the key then scores as if it were zero).
-__device__ __forceinline__ int64_t key_row(const IndexerParams& p, int t, int64_t j) {
-  if (!p.block_tables) return j < p.num_rows ? j : -1;
-  const int64_t blk = j / p.block_size;
-  if (blk >= p.max_blocks) return -1;
-  const int64_t b = p.block_tables[p.token_seq[t] * p.bt_ld + blk];
-  const int64_t row = b * p.block_size + j % p.block_size;
-  return b >= 0 && row < p.num_rows ? row : -1;
-}
 
 // Copies 8 bf16 (zeros when src is null) to shared memory: cp.async when rows are 16-byte
 // aligned, else element by element (`valid` columns of src, zeros after).
@@ -596,6 +577,8 @@ cudaError_t launch_indexer_scores(const IndexerParams& p, int t0, int nt, float*
   if (e != cudaSuccess) return e;
   const int mb = (p.Hi + 15) / 16;
   // Keys too wide for a group's query tiles beside the key tiles take the one-token kernel.
+  if (token_groups && indexer_wgmma_applies(p, dev))
+    return launch_indexer_scores_wgmma(p, t0, nt, scores, ld, stream);
   token_groups = token_groups && make_score_layout(p, group_tokens(mb)).total <= f.smem_optin;
   return mb == 1   ? launch_scores<1>(p, dev, t0, nt, scores, ld, token_groups, stream)
          : mb == 2 ? launch_scores<2>(p, dev, t0, nt, scores, ld, token_groups, stream)

@@ -1,5 +1,6 @@
 // Inline PTX for warp-specialised pipelines on Hopper (sm_90a): shared-memory mbarriers, the
-// arrival of a thread's cp.async copies on one, and warpgroup register reallocation.
+// arrival of a thread's cp.async copies on one, named barriers and warpgroup register
+// reallocation.
 // Phases: a barrier starts in phase 0; mbar_wait(bar, p) returns once the phase of parity p has
 // completed, so on a fresh barrier a wait for parity 1 returns at once (a producer's first pass
 // over an empty ring).
@@ -37,6 +38,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
       "r"(parity)
       : "memory");
+}
+
+// A barrier of `threads` threads (a multiple of 32) on named barrier `id` (1 to 15; 0 is
+// __syncthreads'), ordering their shared-memory accesses like __syncthreads.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Warpgroup register reallocation: every warp of the warpgroup executes it; the count is a

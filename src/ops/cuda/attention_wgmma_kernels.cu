@@ -50,6 +50,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                      float* part_ml) {
   pdl_begin();
   extern __shared__ unsigned char smem_raw[];
+  // Aligned through an integer, so its few scalar shared accesses compile to generic ones: the
+  // shared-space form (align_smem_1024) measured 1.7 % slower here (bench/RESULTS.md, session 17).
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   unsigned char* q_s = smem + kQOff;

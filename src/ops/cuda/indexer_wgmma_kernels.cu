@@ -54,8 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int QT = kN / HP;
   pdl_begin();
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  unsigned char* smem = align_smem_1024(smem_raw);
   unsigned char* q_s = smem + kQOff;
   float* w_s = reinterpret_cast<float*>(smem + kWOff);
   int* n_s = reinterpret_cast<int*>(smem + kNOff);

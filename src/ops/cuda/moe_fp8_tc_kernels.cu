@@ -314,9 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8Gem
   extern __shared__ uint8_t smem_raw[];
   __shared__ int cum[kMoeMaxExperts + 1];
   __shared__ uint64_t full[kStages], empty[kStages];
-  // Aligned by pointer arithmetic on the shared array, so the compiler keeps its state space
-  // (shared loads of the scales, not generic ones).
-  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* smem = align_smem_1024(smem_raw);
   const Ring ring{smem, smem + kStages * kTileBytes,
                   reinterpret_cast<float*>(smem + 2 * kStages * kTileBytes), full, empty};
 

@@ -14,6 +14,14 @@
 
 namespace mls::ops::cuda::kernels {
 
+// The first 1,024-byte-aligned byte of a dynamic shared-memory array (the swizzle atoms'
+// alignment), found by pointer arithmetic on the shared array itself, so the compiler keeps its
+// state space: accesses through the result are shared loads and stores, not generic ones.
+template <typename T>
+__device__ __forceinline__ T* align_smem_1024(T* smem_raw) {
+  return smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) / sizeof(T);
+}
+
 // Byte offset, inside a 128-byte-swizzled tile, of the 16-byte chunk `chunk` of row `row`.
 __device__ __forceinline__ uint32_t swizzle128(int row, int chunk) {
   return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "ops/cuda/attention_kernels.h"
+#include "ops/cuda/paged_rows.cuh"
 
 namespace mls::ops::cuda::kernels {
 
@@ -30,39 +31,23 @@ __device__ __forceinline__ int64_t list_length(const AttentionParams& p, int t, 
 }
 
 // Row of k/v holding entry i of query t's key list, or -1 when the entry is masked (unused
-// sparse slot, position past q_pos, or an address outside the cache), in three steps: the list
-// entry and the block-table entry are two dependent global loads, so a kernel can keep each in
-// flight over a tile's compute (entry_row runs the three at once).
-//   entry_index: the position the entry names (a load of the sparse list);
+// sparse slot, position past q_pos, or an address outside the cache), in three steps, so a kernel
+// can keep the two dependent loads (the list entry, then the block-table entry) in flight over a
+// tile's compute (entry_row runs the three at once):
+//   entry_index: the position the entry names (a load of the sparse list, kept 32-bit);
 //   entry_lookup: that position's block-table entry (a load) and offset in the block;
-//   entry_resolve: the row.
-// The loaded values stay 32-bit until entry_resolve: a widening right after a load would wait
-// for it.
-struct PendingRow {
-  int32_t block;  // the block-table entry; the position itself when unpaged; -1 when masked
-  int32_t offset;
-};
+//   paged_resolve (paged_rows.cuh): the row.
 __device__ __forceinline__ int32_t entry_index(const AttentionParams& p, int t, int64_t i) {
   return p.allowed ? p.allowed[t * p.allowed_k + i] : static_cast<int32_t>(i);
 }
 __device__ __forceinline__ PendingRow entry_lookup(const AttentionParams& p, int32_t j, int64_t nk,
                                                    int64_t seq) {
   if (j < 0 || j >= nk) return {-1, 0};
-  if (!p.block_tables) return {j, 0};
-  // Positions and block sizes fit in 31 bits: 32-bit division is several times cheaper.
-  const uint32_t bs = static_cast<uint32_t>(p.block_size), jj = static_cast<uint32_t>(j);
-  const uint32_t blk = jj / bs;
-  if (blk >= p.max_blocks) return {-1, 0};
-  return {p.block_tables[seq * p.bt_ld + blk], static_cast<int32_t>(jj - blk * bs)};
-}
-__device__ __forceinline__ int64_t entry_resolve(const AttentionParams& p, PendingRow e) {
-  const int64_t row =
-      p.block_tables ? static_cast<int64_t>(e.block) * p.block_size + e.offset : e.block;
-  return e.block >= 0 && row < p.num_rows ? row : -1;
+  return paged_lookup(p, seq, j);
 }
 __device__ __forceinline__ int64_t entry_row(const AttentionParams& p, int t, int64_t i, int64_t nk,
                                              int64_t seq) {
-  return entry_resolve(p, entry_lookup(p, entry_index(p, t, i), nk, seq));
+  return paged_resolve(p, entry_lookup(p, entry_index(p, t, i), nk, seq));
 }
 
 // The entries [begin, end) of query t's key list that split `split` of a latent kernel's cut

@@ -117,10 +117,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const PendingRow pending0 = entry_lookup(p, index0, nk, seq);
   const PendingRow pending1 = entry_lookup(p, index1, nk, seq);
   PendingRow pending = entry_lookup(p, index2, nk, seq);  // of tile it + 2
-  int64_t next_row = entry_resolve(p, pending0);          // of tile it + 1
+  int64_t next_row = paged_resolve(p, pending0);          // of tile it + 1
   bool in_flight_ok = next_row >= 0;
   if (ntiles > 0) load_tile(0, next_row);
-  next_row = entry_resolve(p, pending1);
+  next_row = paged_resolve(p, pending1);
   cp_async_commit();
 
   const float scale_log2 = p.scale * kLog2e;
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     in_flight_ok = next_row >= 0;
     if (it + 1 < ntiles) {
       load_tile(stage ^ 1, next_row);
-      next_row = entry_resolve(p, pending);
+      next_row = paged_resolve(p, pending);
       pending = entry_lookup(p, index, nk, seq);
       index = index_of(it + 4);
     }

@@ -125,12 +125,7 @@ __global__ void __launch_bounds__(kScoreThreads)
   // Runs of tokens of one sequence [g0, g1), one after another: a run's keys are the same rows
   // (those of its first token), staged once for all of its tokens.
   for (int g0 = 0, g1 = 0; g0 < cnt; g0 = g1) {
-    g1 = g0 + 1;
-    if (!p.block_tables) {
-      g1 = cnt;
-    } else {
-      while (g1 < cnt && p.token_seq[tb + g1] == p.token_seq[tb + g0]) ++g1;
-    }
+    g1 = run_end(p, tb, g0, cnt);
     int64_t n_run = 0;
 #pragma unroll
     for (int u = 0; u < QT; ++u)

@@ -104,12 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Runs of tokens of one sequence [g0, g1), one after another: a run's keys are the same rows
   // (those of its first token).
   for (int g0 = 0, g1 = 0; g0 < cnt; g0 = g1) {
-    g1 = g0 + 1;
-    if (!p.block_tables) {
-      g1 = cnt;
-    } else {
-      while (g1 < cnt && p.token_seq[tb + g1] == p.token_seq[tb + g0]) ++g1;
-    }
+    g1 = run_end(p, tb, g0, cnt);
     int n_run = 0;
     for (int u = g0; u < g1; ++u) n_run = max(n_run, n_s[u]);
     if (key0 >= n_run) continue;
@@ -123,8 +118,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto pending_of = [&](int i) {
       const int64_t j = first_key(i) + ld_row;
-      PendingKey e{-1, 0};
-      if (i < mine && j < n_run) e = key_lookup(p, seq, j);
+      PendingRow e{-1, 0};
+      if (i < mine && j < n_run) e = paged_lookup(p, seq, static_cast<int32_t>(j));
       return e;
     };
     auto issue = [&](int i, int64_t row) {
@@ -138,23 +133,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The previous run's reads of the stages are over.
     __syncthreads();
     {
-      PendingKey first[kStages - 1];
+      PendingRow first[kStages - 1];
 #pragma unroll
       for (int i = 0; i < kStages - 1; ++i) first[i] = pending_of(i);
 #pragma unroll
       for (int i = 0; i < kStages - 1; ++i) {
-        if (i < mine) issue(i, key_resolve(p, first[i]));
+        if (i < mine) issue(i, paged_resolve(p, first[i]));
         cp_async_commit();
       }
     }
-    PendingKey next = pending_of(kStages - 1);  // at the top of iteration i: of tile i + S − 1
+    PendingRow next = pending_of(kStages - 1);  // at the top of iteration i: of tile i + S − 1
 
     for (int i = 0; i < mine; ++i) {
       cp_async_wait<kStages - 2>();
       fence_proxy_async_smem();
       // Tile i visible to the warpgroup; its reads of tile i − 1's stage are over.
       named_barrier_sync(1 + wg, 128);
-      if (i + kStages - 1 < mine) issue(i + kStages - 1, key_resolve(p, next));
+      if (i + kStages - 1 < mine) issue(i + kStages - 1, paged_resolve(p, next));
       cp_async_commit();
       next = pending_of(i + kStages);
 

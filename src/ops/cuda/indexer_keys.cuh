@@ -3,6 +3,8 @@
 // key_row at once) and the runs of a token group's rows that share a sequence.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "ops/cuda/indexer_topk_kernels.h"
@@ -18,6 +20,19 @@ __device__ __forceinline__ int64_t valid_keys(const IndexerParams& p, int t) {
   n = n < p.row_len[t] ? n : p.row_len[t];
   n = n < p.key_bound ? n : p.key_bound;
   return n > 0 ? n : 0;
+}
+
+// m16 blocks of heads the score kernels compute (heads past Hi are zero rows with zero weight):
+// both kernels sum a key's heads over the same padded blocks, so their scores are the same floats.
+__host__ __device__ constexpr int head_blocks(int heads) {
+  return (heads + 15) / 16;
+}
+
+// Element i of the head weights (query t's head h at t · w_st + h), as a float whatever their
+// dtype.
+__device__ __forceinline__ float head_weight(const IndexerParams& p, int64_t i) {
+  return p.w_f32 ? static_cast<const float*>(p.w)[i]
+                 : __bfloat162float(static_cast<const __nv_bfloat16*>(p.w)[i]);
 }
 
 // Row of k holding key position j (j < valid_keys) of query t, or -1 for an address outside the

@@ -116,9 +116,7 @@ __global__ void __launch_bounds__(kScoreThreads)
         const int h = mb * 16 + g + hh * 8;
         const int64_t i = static_cast<int64_t>(tb + u) * p.w_st + h;
         float x = 0.0f;
-        if (u < cnt && h < p.Hi)
-          x = p.w_f32 ? static_cast<const float*>(p.w)[i]
-                      : __bfloat162float(static_cast<const bf16*>(p.w)[i]);
+        if (u < cnt && h < p.Hi) x = head_weight(p, i);
         wv[u][mb][hh] = x;
       }
 
@@ -510,7 +508,7 @@ ScoreLayout make_score_layout(const IndexerParams& p, int qt) {
   ScoreLayout L;
   L.dp = (p.Di + 15) / 16 * 16;
   L.ld = L.dp + 8;
-  L.hp = (p.Hi + 15) / 16 * 16;
+  L.hp = head_blocks(p.Hi) * 16;
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   L.vec = p.Di % 8 == 0 && p.q_st % 8 == 0 && p.q_sh % 8 == 0 && p.k_sr % 8 == 0 && aligned(p.q) &&
           aligned(p.k);
@@ -570,7 +568,7 @@ cudaError_t launch_indexer_scores(const IndexerParams& p, int t0, int nt, float*
   DeviceFacts f;
   if (e == cudaSuccess) e = device_facts(dev, &f);
   if (e != cudaSuccess) return e;
-  const int mb = (p.Hi + 15) / 16;
+  const int mb = head_blocks(p.Hi);
   // Keys too wide for a group's query tiles beside the key tiles take the one-token kernel.
   if (token_groups && indexer_wgmma_applies(p, dev))
     return launch_indexer_scores_wgmma(p, t0, nt, scores, ld, stream);

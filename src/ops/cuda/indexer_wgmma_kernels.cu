@@ -79,9 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int u = r / HP, h = r % HP;
     const int64_t i = static_cast<int64_t>(tb + u) * p.w_st + h;
     float x = 0.0f;
-    if (u < cnt && h < p.Hi)
-      x = p.w_f32 ? static_cast<const float*>(p.w)[i]
-                  : __bfloat162float(static_cast<const bf16*>(p.w)[i]);
+    if (u < cnt && h < p.Hi) x = head_weight(p, i);
     w_s[r] = x;
   }
   if (tid < QT) n_s[tid] = tid < cnt ? static_cast<int>(valid_keys(p, tb + tid)) : 0;
@@ -220,7 +218,7 @@ cudaError_t launch_hp(const IndexerParams& p, int dev, int sms, int t0, int nt, 
 bool indexer_wgmma_applies(const IndexerParams& p, int device) {
   DeviceFacts f;
   if (device_facts(device, &f) != cudaSuccess || f.smem_optin < kSmemBytes) return false;
-  const int hp = (p.Hi + 15) / 16 * 16;
+  const int hp = head_blocks(p.Hi) * 16;
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   return p.Di == kDi && (hp == 16 || hp == 32 || hp == 64) && aligned(p.q) && aligned(p.k) &&
          p.q_st % 8 == 0 && p.q_sh % 8 == 0 && p.k_sr % 8 == 0;
@@ -233,7 +231,7 @@ cudaError_t launch_indexer_scores_wgmma(const IndexerParams& p, int t0, int nt, 
   DeviceFacts f;
   if (e == cudaSuccess) e = device_facts(dev, &f);
   if (e != cudaSuccess) return e;
-  const int hp = (p.Hi + 15) / 16 * 16;
+  const int hp = head_blocks(p.Hi) * 16;
   return hp == 16   ? launch_hp<16>(p, dev, f.sms, t0, nt, scores, ld, stream)
          : hp == 32 ? launch_hp<32>(p, dev, f.sms, t0, nt, scores, ld, stream)
                     : launch_hp<64>(p, dev, f.sms, t0, nt, scores, ld, stream);

@@ -28,6 +28,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "ops/attention.h"
@@ -124,7 +125,8 @@ struct AttnCase {
   int64_t block_size = 16;
   std::vector<int64_t> ctx;
   std::vector<Query> queries;
-  int64_t sparse_k = 0;  // > 0: allowed lists of this width
+  int64_t sparse_k = 0;        // > 0: allowed lists of this width
+  std::vector<int32_t> lists;  // the lists (T × sparse_k); empty: make_allowed's
   float q_scale = 1.5f;
   bool strided_q = false;
   uint32_t seed = 1;
@@ -173,7 +175,7 @@ double run_attention(const AttnCase& c) {
   AttentionArgs args_h, args_d;
   args_h.scale = args_d.scale = 1.0f / std::sqrt(static_cast<float>(c.Dk));
   if (c.sparse_k > 0) {
-    allowed_h = host_ints(make_allowed(c, g), T, c.sparse_k);
+    allowed_h = host_ints(c.lists.empty() ? make_allowed(c, g) : c.lists, T, c.sparse_k);
     allowed_d = to_gpu(allowed_h, kI32);
     args_h.allowed = &allowed_h;
     args_d.allowed = &allowed_d;
@@ -362,6 +364,45 @@ TEST(CudaAttention, WideCutSparseListsInSplits) {
   c.seed = 210;
   const double err = run_attention(c);
   std::printf("wide sparse 4096 in 2 splits: worst rel_l2 %.2e\n", err);
+}
+
+// Lists whose 64-entry tiles hold all keys, some keys or none, in every combination of
+// neighbouring tiles, an odd number of tiles a list: the warpgroup-MMA kernel skips a tile
+// without a key, exactly (DSA lists of a prompt's early tokens end in such tiles).
+TEST(CudaAttention, WideCutListsWithEmptyTiles) {
+  MLS_REQUIRE_GPU();
+  AttnCase c;
+  c.block_size = 64;
+  c.ctx = {600};
+  constexpr int kTiles = 7;
+  c.sparse_k = kTiles * 64;
+  c.q_scale = 3.0f;  // peaked softmax
+  c.seed = 230;
+  std::mt19937 g(231);
+  std::set<std::pair<int, int>> pairs_seen;  // (tile 2i, tile 2i + 1) kinds: 0 none, 1 some, 2 all
+  for (int32_t t = 0; t < 256; ++t) {
+    const int32_t pos = 599 - t % 40;
+    c.queries.push_back({0, pos});
+    std::vector<int32_t> keys(pos + 1);
+    std::iota(keys.begin(), keys.end(), 0);
+    std::shuffle(keys.begin(), keys.end(), g);
+    auto next_key = keys.begin();
+    int kinds[kTiles];
+    for (int k = 0; k < kTiles; ++k) {
+      kinds[k] = static_cast<int>(g() % 3);
+      const int n = kinds[k] == 0 ? 0 : kinds[k] == 2 ? 64 : 1 + static_cast<int>(g() % 63);
+      std::vector<int32_t> tile(next_key, next_key + n);
+      next_key += n;
+      for (int i = n; i < 64; ++i)  // padding: unused slots and positions past q_pos
+        tile.push_back(i % 2 ? -1 : pos + 1 + static_cast<int32_t>(g() % 50));
+      std::shuffle(tile.begin(), tile.end(), g);
+      c.lists.insert(c.lists.end(), tile.begin(), tile.end());
+    }
+    for (int k = 0; k + 1 < kTiles; k += 2) pairs_seen.insert({kinds[k], kinds[k + 1]});
+  }
+  ASSERT_EQ(pairs_seen.size(), 9u);
+  const double err = run_attention(c);
+  std::printf("wide lists with empty tiles: worst rel_l2 %.2e\n", err);
 }
 
 TEST(CudaAttention, WideCutPartialHeadGroup) {

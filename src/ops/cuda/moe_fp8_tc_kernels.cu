@@ -42,8 +42,9 @@ constexpr int kStages = 6;
 constexpr int kWarpgroup = 128;
 constexpr int kThreads = 3 * kWarpgroup;  // the producer, then two consumers
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
-static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <= 65536,
-              "the register file of one SM");
+static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <=
+                  kThreads * launch_regs_per_thread(kThreads),
+              "the CTA's registers at launch");
 // Arrivals that free a slot: every consumer warp, once its MMAs and promotions are past it.
 constexpr int kConsumerWarps = 2 * kWarpgroup / 32;
 // K summed inside the tensor cores between promotions (the launcher's default). Hopper's FP8

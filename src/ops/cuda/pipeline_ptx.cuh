@@ -46,6 +46,13 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Registers each thread of a CTA of `threads` threads holds at launch (__launch_bounds__(threads,
+// 1)): the CTA's whole allocation. Warpgroup register reallocation only moves registers within
+// it; an increase asking for more than the other warpgroups released waits forever.
+constexpr int launch_regs_per_thread(int threads) {
+  return 65536 / threads / 8 * 8;
+}
+
 // Warpgroup register reallocation: every warp of the warpgroup executes it; the count is a
 // multiple of 8 in [24, 256].
 template <int kRegs>

@@ -26,7 +26,9 @@ random weights from config.json, no tokenizer needed):
 Printed: one JSON line per level as it completes, then the tables: per concurrency C the
 served TPOT (vLLM's definition), the served mid-stream time per token (the decode step as
 served: serve_tpot.py's docstring), the raw step at batch C and mean context, and the overhead
-= mid-stream / raw − 1 (issue 16's target ≤ 10 %).
+= mid-stream / raw − 1 (issue 16's target ≤ 10 %), and the engine's steps over the level with
+their mean wall time by phase from /metrics (schedule / forward / output: the host's share is
+schedule + output; prefill steps included).
 """
 import argparse
 import json
@@ -141,12 +143,26 @@ class Server:
         self.log.close()
 
 
+PHASES = ("schedule", "forward", "output")
+
+
+def step_phases(url):
+    """The engine's step counters on /metrics: steps and seconds by phase."""
+    m = metrics(url)
+    out = {"steps": metric(m, "mlaserve:engine_steps_total")}
+    for p in PHASES:
+        out[p] = metric(m, "mlaserve:engine_step_seconds_total", phase=p)
+    return out
+
+
 def served(a, cfg, model_dir, extra, levels, log_path):
-    """Levels against one server; (summary lines, /metrics after them, their delta)."""
+    """Levels against one server, each line with the engine's step counters over its level;
+    (summary lines, /metrics after them, their delta)."""
     srv = Server(a, model_dir, extra, log_path)
     try:
         before = metrics(srv.url)
-        lines = serve_tpot.run_levels(srv.url, cfg, levels, a.requests, a.processes)
+        lines = serve_tpot.run_levels(srv.url, cfg, levels, a.requests, a.processes,
+                                      snapshot=lambda: step_phases(srv.url))
         after = metrics(srv.url)
     finally:
         srv.stop()
@@ -180,16 +196,21 @@ def print_overhead(lines, raw, context, m):
           f"mean context {context}; preemptions {m['preemptions']:.0f}, prefix-cache hits "
           f"{m['hits']:.0f} tokens):\n")
     print("| concurrency | requests | output tok/s | TTFT median / p90 (ms) | TPOT median / p90 (ms) "
-          "| mid-stream time per token (ms) | raw step at batch C (ms) | overhead |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| mid-stream time per token (ms) | raw step at batch C (ms) | overhead "
+          "| engine steps: schedule / forward / output per step (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for l in lines:
         c = l["concurrency"]
         r = raw.get(c)
         over = (l["mid_ms_median"] / r - 1) * 100 if r and l["mid_ms_median"] else None
+        d = l.get("delta", {})
+        steps = d.get("steps", 0)
+        phases = (f"{steps:.0f}: " + " / ".join(f"{1e3 * d[p] / steps:.3f}" for p in PHASES)
+                  if steps else "—")
         print(f"| {c} | {l['requests']} | {fmt(l['output_tokens_per_s'], ',.0f')} "
               f"| {fmt(l['ttft_ms_median'], '.1f')} / {fmt(l['ttft_ms_p90'], '.1f')} "
               f"| {fmt(l['tpot_ms_median'])} / {fmt(l['tpot_ms_p90'])} "
-              f"| {fmt(l['mid_ms_median'])} | {fmt(r)} | {fmt(over, '+.1f')} % |")
+              f"| {fmt(l['mid_ms_median'])} | {fmt(r)} | {fmt(over, '+.1f')} % | {phases} |")
 
 
 def print_mtp(off, on, spec, delta):

@@ -204,16 +204,21 @@ def make_pool(processes):
     return concurrent.futures.ProcessPoolExecutor(max_workers=processes)
 
 
-def run_levels(url, cfg, levels, requests, processes, warmup=True):
+def run_levels(url, cfg, levels, requests, processes, warmup=True, snapshot=None):
     """Every level in turn (after one untimed wave, so start-up costs stay out); a list of the
-    summary lines, each printed as it completes."""
+    summary lines, each printed as it completes. `snapshot`, when given, is called before and
+    after each level; the line keeps the level's difference of the two (numbers by key)."""
     out = []
     with make_pool(processes) as pool:
         if warmup:
             w = dict(cfg, max_tokens=min(cfg["max_tokens"], 16), index_base=10**6)
             level(pool, processes, url, w, min(max(levels), 64), 1)
         for i, c in enumerate(levels):
+            before = snapshot() if snapshot else None
             line = level(pool, processes, url, dict(cfg, index_base=i * 100_000), c, requests)
+            if snapshot:
+                after = snapshot()
+                line["delta"] = {k: after[k] - before.get(k, 0.0) for k in after}
             print(json.dumps(line), flush=True)
             out.append(line)
     return out

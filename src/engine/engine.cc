@@ -197,6 +197,7 @@ void Engine::abort_now(const std::string& id) {
 }
 
 bool Engine::step() {
+  const Clock::time_point start = Clock::now();
   drain_inbox();
   const std::vector<ScheduledChunk>& chunks = scheduler_.schedule();
   if (!scheduler_.unschedulable().empty()) {
@@ -205,6 +206,7 @@ bool Engine::step() {
     for (const Sequence* seq : scheduler_.unschedulable()) ids.push_back(seq->request->req.id);
     for (const std::string& id : ids) abort_now(id);
   }
+  if (chunks.empty()) report_pending();  // no forward to overlap them with
   if (!chunks.empty()) {
     const Clock::time_point now = Clock::now();
     for (const ScheduledChunk& c : chunks)
@@ -257,6 +259,8 @@ bool Engine::step() {
       HostWorker& w;
       ~JoinMasks() { w.abandon(); }
     } join{mask_worker_};
+    const Clock::time_point issued = Clock::now();
+    const double forward_before = runner_.forward_seconds();
     try {
       if (speculative && can_sample_on_device() &&
           std::all_of(sampled_.begin(), sampled_.end(),
@@ -283,22 +287,29 @@ bool Engine::step() {
         rows_.clear();
         for (Sequence* seq : sampled_)
           rows_.push_back(Sampler::row_sampling(sample_input(*seq, seq->sample_index)));
+        // The previous step's pending reports go out while this step runs on the device.
         const SampledRows drawn = runner_.forward_sample(
             batch_, rows_, nullptr,
-            masked_ ? ModelRunner::MaskSource([this] { return masks(); }) : nullptr);
+            masked_ ? ModelRunner::MaskSource([this] { return masks(); }) : nullptr, false,
+            [this] { report_pending(); });
         scheduler_.commit();
+        defer_tokens_ = true;
         for (size_t r = 0; r < sampled_.size(); ++r) {
+          if (sampled_[r]->finished()) continue;  // a kStop verdict on its pending token
           if (masked_ && mask_failed_[r])
             finish(*sampled_[r], FinishReason::kAbort, true);
           else
             emit(*sampled_[r], drawn.ids[r], nullptr);
         }
+        defer_tokens_ = false;
       } else {
+        report_pending();
         const Tensor logits = runner_.forward(batch_);
         if (masked_) masks();
         if (scores_prompt_) score_prompts(chunks, logits.data<float>());
         scheduler_.commit();
         for (size_t r = 0; r < sampled_.size(); ++r) {
+          if (sampled_[r]->finished()) continue;  // a kStop verdict on its pending token
           if (masked_ && mask_failed_[r])
             finish(*sampled_[r], FinishReason::kAbort, true);
           else
@@ -308,10 +319,17 @@ bool Engine::step() {
     } catch (const DistributedError&) {
       throw;  // a process of the job died or hangs: the job goes down (World::fail_job)
     } catch (const std::exception& e) {
+      defer_tokens_ = false;
       fail_step(chunks, e.what());
     }
     retire_finished();
     if (cfg_.on_step) cfg_.on_step(static_cast<int64_t>(batch_.token_ids.size()));
+    const double forward = runner_.forward_seconds() - forward_before;
+    const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    ++steps_;
+    schedule_seconds_ += seconds(issued - start);
+    forward_seconds_ += forward;
+    output_seconds_ += seconds(Clock::now() - issued) - forward;
   }
   publish_stats();
   return has_work();
@@ -703,6 +721,7 @@ void Engine::fork(Sequence& parent, std::span<const int32_t> first_tokens) {
 }
 
 void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
+  if (seq.finished()) return;
   RequestState& rs = *seq.request;
   const Clock::time_point now = Clock::now();
   seq.tokens.push_back(token);
@@ -742,8 +761,33 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
   ev.usage = {static_cast<int64_t>(seq.prompt_len), rs.completion_tokens};
   ev.timings = rs.timings;
   if (!seq.finished()) ev.timings.finish = {};
-  if (rs.req.on_token(ev) == Verdict::kStop && !seq.finished())
+  // Pending reports point into the request, which lives until its last sample finishes.
+  if (defer_tokens_ && !seq.finished() && !lp && !ev.prompt_logprobs) {
+    pending_.push_back({&seq, ev});
+    return;
+  }
+  report_pending(&seq);
+  report(seq, ev);
+}
+
+void Engine::report(Sequence& seq, const TokenEvent& ev) {
+  if (seq.request->req.on_token(ev) == Verdict::kStop && !seq.finished())
     finish(seq, FinishReason::kStop, true);
+}
+
+void Engine::report_pending(const Sequence* seq) {
+  if (pending_.empty()) return;
+  std::vector<PendingReport> due;
+  if (seq) {
+    const auto own = std::stable_partition(pending_.begin(), pending_.end(),
+                                           [seq](const PendingReport& p) { return p.seq != seq; });
+    due.assign(std::make_move_iterator(own), std::make_move_iterator(pending_.end()));
+    pending_.erase(own, pending_.end());
+  } else {
+    due.swap(pending_);
+  }
+  for (const PendingReport& p : due)
+    if (!p.seq->finished()) report(*p.seq, p.ev);
 }
 
 bool Engine::advance_constraint(Sequence& seq, int32_t token) {
@@ -757,6 +801,7 @@ bool Engine::advance_constraint(Sequence& seq, int32_t token) {
 }
 
 void Engine::finish(Sequence& seq, FinishReason reason, bool notify, const std::string* error) {
+  report_pending(&seq);
   RequestState& rs = *seq.request;
   seq.finish = reason;
   finished_.push_back(&seq);
@@ -801,6 +846,10 @@ void Engine::publish_stats() {
   stats_.prompt_tokens = prompt_tokens_;
   stats_.generation_tokens = generation_tokens_;
   stats_.finished_requests = finished_requests_;
+  stats_.steps = steps_;
+  stats_.schedule_seconds = schedule_seconds_;
+  stats_.forward_seconds = forward_seconds_;
+  stats_.output_seconds = output_seconds_;
   stats_.spec = spec_stats_;
 }
 

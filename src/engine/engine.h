@@ -1,8 +1,10 @@
 // The serving engine: requests in, tokens out through per-request callbacks. Each step()
 // schedules (token budget, KV blocks, preemption), runs one forward over every scheduled chunk,
 // samples the sequences whose chunk reached their last token, reports the tokens and retires
-// finished samples. add_request and abort_request may be called from any thread (they go
-// through a small locked inbox that step() drains); everything else runs on the loop thread.
+// finished samples. A step drawn on the device reports its tokens that end nothing while the
+// next step's forward runs (Engine::emit), so the device does not wait for the callbacks.
+// add_request and abort_request may be called from any thread (they go through a small locked
+// inbox that step() drains); everything else runs on the loop thread.
 #pragma once
 
 #include <atomic>
@@ -55,6 +57,11 @@ struct EngineStats {
   int64_t prompt_tokens = 0;         // prompt_tokens_total
   int64_t generation_tokens = 0;     // generation_tokens_total
   int64_t finished_requests = 0;     // request_success_total (any finish reason)
+  // Steps that ran a forward, and their wall time: scheduling and preparing the batch, the
+  // runner's forward (the device's step, and the host work that overlaps it), and the rest
+  // (drawing on the host, reporting tokens, retiring sequences). The log's step line.
+  int64_t steps = 0;
+  double schedule_seconds = 0.0, forward_seconds = 0.0, output_seconds = 0.0;
   // Speculative decoding (limits.num_speculative_tokens > 0), summed over every sequence;
   // k = 0 positions when off.
   SpeculativeStats spec = SpeculativeStats(0);
@@ -135,7 +142,15 @@ class Engine {
   // sequence, then drafts the next round of those that go on (carry: the forward's hidden rows).
   void draft(const std::vector<ScheduledChunk>& chunks);
   void fork(Sequence& parent, std::span<const int32_t> first_tokens);
+  // Appends the token to the sequence, decides whether it ends it and reports it. A token that
+  // ends nothing, in a step drawn on the device (defer_tokens_), is reported while the next
+  // step's forward runs (report_pending); every other report first delivers the same sequence's
+  // pending ones. A sequence already finished (a kStop verdict on its pending token, delivered
+  // while this step's forward ran) takes no more tokens.
   void emit(Sequence& seq, int32_t token, const Logprobs* lp);
+  // Delivers the pending token reports, in order: all of them, or only `seq`'s.
+  void report_pending(const Sequence* seq = nullptr);
+  void report(Sequence& seq, const TokenEvent& ev);
   // Advances the sequence's constraint; false (logged) when the token breaks it.
   bool advance_constraint(Sequence& seq, int32_t token);
   void finish(Sequence& seq, FinishReason reason, bool notify, const std::string* error = nullptr);
@@ -171,6 +186,14 @@ class Engine {
   ForwardBatch mtp_batch_;
   std::vector<uint32_t> spec_masks_;  // a device-drawn speculative step's rows' masks
   std::vector<Sequence*> finished_;
+  struct PendingReport {
+    Sequence* seq;
+    TokenEvent ev;
+  };
+  std::vector<PendingReport> pending_;
+  bool defer_tokens_ = false;
+  int64_t steps_ = 0;
+  double schedule_seconds_ = 0.0, forward_seconds_ = 0.0, output_seconds_ = 0.0;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
   uint64_t next_arrival_ = 0;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, finished_requests_ = 0;

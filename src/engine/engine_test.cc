@@ -534,6 +534,74 @@ TEST(Engine, StopsOnStopIdsOwnerVerdictAndLength) {
   EXPECT_EQ(finish, FinishReason::kStop);
 }
 
+// A step drawn on the device reports its tokens that end nothing while the next step's forward
+// runs; the token that ends a sequence goes out in its own step, after the ones before it.
+TEST(Engine, TokensThatEndNothingAreReportedWhileTheNextStepRuns) {
+  ModelRunner& r = runner("tiny-dsv3");
+  std::mt19937 rng(12);
+  const auto prompt = random_prompt(rng, 20);
+  const auto ref = run(r, {{prompt, greedy(6)}})[0];
+  r.allocate_kv_cache(32, 16);
+  Engine engine(r, {});
+  int steps_done = 0;
+  std::vector<int32_t> got;
+  std::vector<int> during;  // the step each token was reported in, from 1
+  FinishReason finish = FinishReason::kNone;
+  engine.add_request({.id = "d",
+                      .prompt_ids = prompt,
+                      .params = greedy(6),
+                      .on_token =
+                          [&](const TokenEvent& ev) {
+                            got.push_back(ev.token_id);
+                            during.push_back(steps_done + 1);
+                            finish = ev.finish;
+                            return Verdict::kContinue;
+                          },
+                      .constraint = nullptr});
+  while (engine.step()) ++steps_done;
+  EXPECT_EQ(got, ref.tokens[0]);
+  EXPECT_EQ(during, (std::vector<int>{2, 3, 4, 5, 6, 6}));
+  EXPECT_EQ(finish, FinishReason::kLength);
+  const EngineStats st = engine.stats();
+  EXPECT_EQ(st.steps, 6);
+  EXPECT_GT(st.forward_seconds, 0.0);
+  EXPECT_GE(st.schedule_seconds, 0.0);
+  EXPECT_GE(st.output_seconds, 0.0);
+}
+
+// A kStop verdict on a token reported during the next step ends the sequence there: the token
+// that step drew is never reported nor counted.
+TEST(Engine, AVerdictOnAPendingTokenDropsTheNextStepsToken) {
+  ModelRunner& r = runner("tiny-dsv3");
+  std::mt19937 rng(13);
+  const auto prompt = random_prompt(rng, 20);
+  const auto ref = run(r, {{prompt, greedy(12)}})[0];
+  r.allocate_kv_cache(32, 16);
+  Engine engine(r, {});
+  std::vector<int32_t> got;
+  Usage usage;
+  FinishReason finish = FinishReason::kNone;
+  engine.add_request({.id = "v",
+                      .prompt_ids = prompt,
+                      .params = greedy(12),
+                      .on_token =
+                          [&](const TokenEvent& ev) {
+                            if (ev.token_id >= 0) got.push_back(ev.token_id);
+                            usage = ev.usage;
+                            finish = ev.finish;
+                            return got.size() == 3 ? Verdict::kStop : Verdict::kContinue;
+                          },
+                      .constraint = nullptr});
+  int steps = 0;
+  while (engine.step()) ++steps;
+  EXPECT_EQ(steps + 1, 4);  // the verdict came during the fourth step
+  EXPECT_EQ(got, std::vector<int32_t>(ref.tokens[0].begin(), ref.tokens[0].begin() + 3));
+  EXPECT_EQ(finish, FinishReason::kStop);
+  EXPECT_EQ(usage.completion_tokens, 3);
+  EXPECT_EQ(engine.stats().generation_tokens, 3);
+  EXPECT_DOUBLE_EQ(engine.block_manager().usage(), 0.0);
+}
+
 TEST(Engine, RejectsRequestsPastMaxModelLen) {
   ModelRunner& r = runner("tiny-dsv3");
   r.allocate_kv_cache(32, 16);

@@ -331,7 +331,8 @@ void ModelRunner::stop_workers() {
   }
 }
 
-void ModelRunner::run_on_all_ranks(const std::function<void(Rank&)>& fn, const char* bounded) {
+void ModelRunner::run_on_all_ranks(const std::function<void(Rank&)>& fn, const char* bounded,
+                                   const Meanwhile& meanwhile) {
   for (auto& r : ranks_) {
     std::lock_guard lock(r->mu);
     r->error = nullptr;
@@ -339,6 +340,13 @@ void ModelRunner::run_on_all_ranks(const std::function<void(Rank&)>& fn, const c
     r->job = [&fn, rank = r.get()] { fn(*rank); };
   }
   for (auto& r : ranks_) r->cv.notify_all();
+  // The ranks hold `fn` by reference: whatever `meanwhile` throws waits for them.
+  std::exception_ptr meanwhile_error;
+  try {
+    if (meanwhile) meanwhile();
+  } catch (...) {
+    meanwhile_error = std::current_exception();
+  }
   // Under mpirun, GPU collectives (NCCL kernels, which have no timeout of their own) wait on
   // other processes: the whole job is bounded instead. CPU collectives bound each wait.
   const World& world = World::get();
@@ -363,6 +371,7 @@ void ModelRunner::run_on_all_ranks(const std::function<void(Rank&)>& fn, const c
     if (r->error && !first) first = r->error;
   }
   if (first) std::rethrow_exception(first);
+  if (meanwhile_error) std::rethrow_exception(meanwhile_error);
 }
 
 const io::ModelConfig& ModelRunner::config() const {
@@ -539,16 +548,33 @@ void ensure_carry(Tensor& carry, int64_t rows, int64_t width, DType dtype, Alloc
   carry = Tensor::empty({rows, width}, dtype, MemTag::kActivation, alloc);
 }
 
+// Adds the wall time of its scope to `total` (ModelRunner::forward_seconds).
+class ForwardTimer {
+ public:
+  explicit ForwardTimer(double& total) : total_(total) {}
+  ~ForwardTimer() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  ForwardTimer(const ForwardTimer&) = delete;
+  ForwardTimer& operator=(const ForwardTimer&) = delete;
+
+ private:
+  double& total_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 }  // namespace
 
 void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observer,
-                       const std::function<void(Rank&, Tensor&)>& finish, bool keep_hidden) {
+                       const std::function<void(Rank&, Tensor&)>& finish, bool keep_hidden,
+                       const Meanwhile& meanwhile) {
+  const ForwardTimer timer(forward_seconds_);
   check_step(batch);
   if (keep_hidden && !mtp_)
     raise<InternalError>("a step keeps its hidden states for the MTP layer, which is not loaded");
   // Under speculative decoding every graph keeps its hidden states (decode_graphs.h).
   if (const int64_t bucket = graph_bucket_for(captured_, batch); bucket > 0 && !observer)
-    return replay(batch, bucket, finish);
+    return replay(batch, bucket, finish, std::nullopt, meanwhile);
   // On a GPU with a memory plan, a step a graph could serve runs padded to its graph bucket also
   // when it runs eagerly (--enforce-eager, a bucket not captured, an observer): the kernels then
   // see the row counts a replay sees (cuBLASLt's and our FP8 GEMMs choose their algorithm and K
@@ -586,7 +612,7 @@ void ModelRunner::step(const ForwardBatch& batch, const ForwardObserver& observe
         }
         scope.close();
       },
-      "the forward step");
+      "the forward step", meanwhile);
 }
 
 Tensor ModelRunner::to_host(Rank& r, const Tensor& logits) {
@@ -643,6 +669,7 @@ SampledRows ModelRunner::forward_mtp_sample(const ForwardBatch& batch,
 
 void ModelRunner::mtp_step(const ForwardBatch& batch, std::span<const int64_t> carry_rows,
                            const std::function<void(Rank&, Tensor&)>& finish) {
+  const ForwardTimer timer(forward_seconds_);
   check_step(batch);
   if (!mtp_ || num_mtp_layers() == 0)
     raise<InternalError>("forward_mtp on a runner without its MTP layers");
@@ -729,11 +756,11 @@ void ModelRunner::draw(Rank& r, Tensor& logits, const std::vector<ops::RowSampli
 SampledRows ModelRunner::forward_sample(const ForwardBatch& batch,
                                         const std::vector<ops::RowSampling>& rows,
                                         const ForwardObserver& observer, const MaskSource& masks,
-                                        bool keep_hidden) {
+                                        bool keep_hidden, const Meanwhile& meanwhile) {
   SampledRows out;
   step(
       batch, observer, [&](Rank& r, Tensor& logits) { draw(r, logits, rows, masks, out); },
-      keep_hidden);
+      keep_hidden, meanwhile);
   return out;
 }
 
@@ -866,13 +893,14 @@ void ModelRunner::capture_decode_graphs(const std::vector<int64_t>& buckets) {
 
 void ModelRunner::replay(const ForwardBatch& batch, int64_t bucket,
                          const std::function<void(Rank&, Tensor&)>& finish,
-                         std::optional<std::span<const int64_t>> carry_rows) {
+                         std::optional<std::span<const int64_t>> carry_rows,
+                         const Meanwhile& meanwhile) {
 #ifdef MLASERVE_CUDA_RUNTIME
   const ForwardBatch padded = pad_decode_batch(batch, bucket);
   const int64_t R = batch.num_logit_rows();
   const int64_t max_keys = planned_limits_->max_model_len;
   const char* what = carry_rows ? "MTP graph" : "decode graph";
-  run_on_all_ranks([&](Rank& r) {
+  const auto job = [&](Rank& r) {
     Rank::Graph& g = (carry_rows ? r.mtp_graphs : r.graphs).at(bucket);
     {
       const FullReach reach(r.staging, max_keys);
@@ -910,10 +938,11 @@ void ModelRunner::replay(const ForwardBatch& batch, int64_t bucket,
       finish(r, logits);
     }
     scope.close();
-  });
+  };
+  run_on_all_ranks(job, nullptr, meanwhile);
   ++(carry_rows ? mtp_graph_replays_ : graph_replays_);
 #else
-  (void)batch, (void)bucket, (void)finish, (void)carry_rows;
+  (void)batch, (void)bucket, (void)finish, (void)carry_rows, (void)meanwhile;
   raise<InternalError>("no decode graph without the CUDA runtime");
 #endif
 }

@@ -129,6 +129,9 @@ class ModelRunner {
   int64_t mtp_graph_bucket(const ForwardBatch& batch) const {
     return mtp_graph_bucket_for(captured_mtp_, batch);
   }
+  // Wall time spent in forward steps (every forward* call) since construction: the engine's
+  // account of a step's time (EngineStats).
+  double forward_seconds() const { return forward_seconds_; }
   int64_t graph_replays() const { return graph_replays_; }
   int64_t mtp_graph_replays() const { return mtp_graph_replays_; }
   int64_t graph_bytes() const { return graph_bytes_; }
@@ -154,10 +157,15 @@ class ModelRunner {
   // (ops::apply_token_mask layout, R × ceil(V / 32) words; empty: none), which are uploaded and
   // applied before the draw — the host computes them while the device runs the forward.
   // `keep_hidden`: as forward_keep_hidden (a speculative step whose verify rows are drawn here).
+  // `meanwhile`, when set, runs on the calling thread once every rank has been given the step,
+  // while they run it: host work that overlaps the device's (the engine delivers the previous
+  // step's tokens there).
   using MaskSource = std::function<std::span<const uint32_t>()>;
+  using Meanwhile = std::function<void()>;
   SampledRows forward_sample(const ForwardBatch& batch, const std::vector<ops::RowSampling>& rows,
                              const ForwardObserver& observer = nullptr,
-                             const MaskSource& masks = nullptr, bool keep_hidden = false);
+                             const MaskSource& masks = nullptr, bool keep_hidden = false,
+                             const Meanwhile& meanwhile = nullptr);
   // Speculative decoding (an MTP runner): forward(), each rank keeping every token's final hidden
   // state (after model.norm) in its carry, row t for the batch's token t. A verify step of at
   // most the largest bucket's tokens replays a decode graph (engine/decode_graphs.h).
@@ -189,11 +197,14 @@ class ModelRunner {
  private:
   struct Rank;
   // `bounded` (the job's name) bounds the wait by World::timeout() under mpirun on GPUs.
-  void run_on_all_ranks(const std::function<void(Rank&)>& fn, const char* bounded = nullptr);
+  // `meanwhile` runs on the calling thread between handing out the jobs and waiting for them.
+  void run_on_all_ranks(const std::function<void(Rank&)>& fn, const char* bounded = nullptr,
+                        const Meanwhile& meanwhile = nullptr);
   // One forward on every rank; `finish` runs on rank 0's thread with its logits. `keep_hidden`:
-  // the final hidden states go to each rank's carry.
+  // the final hidden states go to each rank's carry. `meanwhile`: as forward_sample's.
   void step(const ForwardBatch& batch, const ForwardObserver& observer,
-            const std::function<void(Rank&, Tensor&)>& finish, bool keep_hidden = false);
+            const std::function<void(Rank&, Tensor&)>& finish, bool keep_hidden = false,
+            const Meanwhile& meanwhile = nullptr);
   void check_step(const ForwardBatch& batch) const;
   // The MTP layer's step on every rank; `finish` runs on rank 0's thread with its logits. A step
   // an MTP graph can serve (mtp_graph_bucket_for) replays it.
@@ -212,7 +223,8 @@ class ModelRunner {
   // `carry_rows`, the MTP layer's graph over those carry rows.
   void replay(const ForwardBatch& batch, int64_t bucket,
               const std::function<void(Rank&, Tensor&)>& finish,
-              std::optional<std::span<const int64_t>> carry_rows = std::nullopt);
+              std::optional<std::span<const int64_t>> carry_rows = std::nullopt,
+              const Meanwhile& meanwhile = nullptr);
   // Drops every captured graph (their addresses are about to change).
   void drop_graphs();
   // allocate_kv_cache with the block tables' fixed shape (0 rows: per step).
@@ -242,6 +254,7 @@ class ModelRunner {
   std::vector<int64_t> pad_buckets_;
   std::string graphs_off_;
   std::vector<int64_t> captured_, captured_mtp_;
+  double forward_seconds_ = 0;
   int64_t graph_replays_ = 0, mtp_graph_replays_ = 0;
   int64_t graph_bytes_ = 0;
 };

@@ -63,7 +63,8 @@ struct TokenEvent {
 // What the request's owner wants after seeing a token (e.g. kStop when a stop string matched).
 enum class Verdict { kContinue, kStop };
 
-// Called on the engine's loop thread; must not call back into the engine's step().
+// Called on the engine's loop thread; must not call back into the engine's step(). A token
+// that ends nothing may arrive while the next step's forward runs (Engine::emit).
 using TokenCallback = std::function<Verdict(const TokenEvent&)>;
 
 struct Request {

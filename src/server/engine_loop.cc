@@ -60,6 +60,22 @@ void EngineLoop::log_stats(const EngineStats& now, const EngineStats& before,
       static_cast<double>(now.generation_tokens - before.generation_tokens) / seconds,
       now.num_running, now.num_waiting, now.kv_usage * 100.0,
       queries > 0 ? 100.0 * hits / queries : 0.0);
+  const auto steps = static_cast<double>(now.steps - before.steps);
+  if (steps == 0) return;
+  // The host's share of a step is what the device waits for: scheduling and the output work
+  // after the forward (the token reports overlap the next forward).
+  const auto per_step_ms = [&](double now_s, double before_s) {
+    return 1e3 * (now_s - before_s) / steps;
+  };
+  MLS_LOG_INFO(
+      "Avg step: {:.0f} steps/s, {:.3f} ms each: schedule {:.3f} ms, forward {:.3f} ms, output "
+      "{:.3f} ms",
+      steps / seconds,
+      per_step_ms(now.schedule_seconds + now.forward_seconds + now.output_seconds,
+                  before.schedule_seconds + before.forward_seconds + before.output_seconds),
+      per_step_ms(now.schedule_seconds, before.schedule_seconds),
+      per_step_ms(now.forward_seconds, before.forward_seconds),
+      per_step_ms(now.output_seconds, before.output_seconds));
 }
 
 void EngineLoop::run() {

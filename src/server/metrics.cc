@@ -167,6 +167,18 @@ std::string Metrics::render(const EngineStats& s) const {
           static_cast<double>(s.prompt_tokens));
   counter("vllm:generation_tokens", "Number of generation tokens processed.",
           static_cast<double>(s.generation_tokens));
+  // The engine's step time by phase (EngineStats), which vLLM does not export: the host's share
+  // of serving is schedule + output per step.
+  counter("mlaserve:engine_steps", "Engine steps that ran a forward.",
+          static_cast<double>(s.steps));
+  header(out, "mlaserve:engine_step_seconds", "counter",
+         "Wall time of the engine's steps by phase: schedule (scheduling, preparing the batch), "
+         "forward (the runner's forward and the host work that overlaps it), output (the rest).");
+  for (const auto& [phase, v] :
+       {std::pair{"schedule", s.schedule_seconds}, std::pair{"forward", s.forward_seconds},
+        std::pair{"output", s.output_seconds}})
+    out += fmt::format("mlaserve:engine_step_seconds_total{{{},phase=\"{}\"}} {}\n", labels_, phase,
+                       num(v));
   // Speculative decoding, only when it is on (k draft positions).
   if (!s.spec.accepted_per_position.empty()) {
     counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",

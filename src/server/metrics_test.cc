@@ -37,6 +37,10 @@ TEST(Metrics, RendersVllmNamesInTextFormat) {
   s.generation_tokens = 20;
   s.prefix_cache_queries = 8;
   s.prefix_cache_hits = 4;
+  s.steps = 5;
+  s.schedule_seconds = 0.5;
+  s.forward_seconds = 2;
+  s.output_seconds = 0.25;
   const std::string text = m.render(s);
   expect_prometheus_text(text);
   const std::string label = "model_name=\"org/model \\\"x\\\"\"";
@@ -56,6 +60,10 @@ TEST(Metrics, RendersVllmNamesInTextFormat) {
            "vllm:time_to_first_token_seconds_bucket{" + label + ",le=\"0.04\"} 0\n",
            "vllm:e2e_request_latency_seconds_bucket{" + label + ",le=\"+Inf\"} 2\n",
            "vllm:inter_token_latency_seconds_count{" + label + "} 1\n",
+           "mlaserve:engine_steps_total{" + label + "} 5\n",
+           "mlaserve:engine_step_seconds_total{" + label + ",phase=\"schedule\"} 0.5\n",
+           "mlaserve:engine_step_seconds_total{" + label + ",phase=\"forward\"} 2\n",
+           "mlaserve:engine_step_seconds_total{" + label + ",phase=\"output\"} 0.25\n",
            "# TYPE vllm:time_to_first_token_seconds histogram\n",
            "# TYPE vllm:prompt_tokens counter\n"})
     EXPECT_NE(text.find(want), std::string::npos) << want;

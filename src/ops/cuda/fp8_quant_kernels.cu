@@ -369,16 +369,19 @@ __global__ void __launch_bounds__(kWarps * 32)
                     reinterpret_cast<float*>(ring_smem));
 }
 
-// Split K until about two CTAs per SM are in flight, keeping >= kWarps K blocks per CTA (the
-// split of an output depends on its own sizes only: it is the same alone or beside another).
+// Split K while the CTAs stay within one wave of two per SM, keeping >= kWarps K blocks per CTA
+// (the split of an output depends on its own sizes only: it is the same alone or beside
+// another). Rounded up, the split took more than a wave: the indexer's wq_b (256 row tiles) took
+// two splits (8.3 µs alone, now 4.5 µs, and its pair with q_b launched q_b's tiles twice, the
+// second half idle), the shared experts' gate and up (128 each) three (9.6 µs, now 7.6 µs):
+// fp8_kernels_benchmark, session 19.
 int64_t skinny_ksplit(const Fp8GemmArgs& a, int64_t groups, int64_t N) {
   const int64_t tiles = groups * ((N + 15) / 16);
   const int64_t KB = (a.K + 127) / 128;
   const int64_t target = 2LL * a.num_sms;
   int64_t ksplit = 1;
   if (tiles < target && tiles <= a.num_counters)
-    ksplit =
-        std::min<int64_t>({(target + tiles - 1) / tiles, std::max<int64_t>(1, KB / kWarps), 16});
+    ksplit = std::min<int64_t>({target / tiles, std::max<int64_t>(1, KB / kWarps), 16});
   while (ksplit > 1 && static_cast<size_t>(ksplit * a.T * N) * sizeof(float) > a.partial_bytes)
     --ksplit;
   return ksplit;

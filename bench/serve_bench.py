@@ -12,8 +12,9 @@ Steps, each one process of build/mlaserve on the same model (--load-format dummy
 random weights from config.json, no tokenizer needed):
 
 1. Raw step: `mlaserve bench --batch <levels> --input-len P + M/2 − 8 --output-len 16
-   --synthetic-context`: 16 decode steps per batch size at mean context P + M/2 (P prompt
-   tokens, M output tokens: the mean context of a request's middle half), median step time.
+   --synthetic-context --max-model-len P + M + 64`: 16 decode steps per batch size at mean
+   context P + M/2 (P prompt tokens, M output tokens: the mean context of a request's middle
+   half), median step time, with the decode graphs planned for the server's max_model_len.
 2. Served: `mlaserve serve --skip-tokenizer-init` on 127.0.0.1; serve_tpot.py's token-id load
    (--requests waves of C requests of P random ids, M tokens each, greedy, ignore_eos); the
    server's /metrics (preemptions, prefix-cache hits) after the levels.
@@ -52,12 +53,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def max_model_len(a):
+    """The server's --max-model-len, which the raw step's graphs are planned for too."""
+    return a.prompt_len + a.max_tokens + 64
+
+
 def raw_steps(a, levels, out_dir):
-    """{batch: median decode step in ms} from `mlaserve bench` at the served mean context."""
+    """{batch: median decode step in ms} from `mlaserve bench` at the served mean context and
+    the server's max_model_len (a graph step's attention and indexer are planned for it)."""
     input_len = a.prompt_len + a.max_tokens // 2 - 8
     cmd = [a.mlaserve, "bench", "--model", a.model, "--load-format", a.load_format,
            "--device", a.device, "--batch", ",".join(map(str, levels)),
            "--input-len", str(input_len), "--output-len", "16", "--synthetic-context",
+           "--max-model-len", str(max_model_len(a)),
            "--warmup", "2", "--iters", "2", "--json"] + (["--enforce-eager"] if a.enforce_eager else [])
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
@@ -104,7 +112,7 @@ class Server:
         cmd = [a.mlaserve, "serve", model_dir, "--load-format", a.load_format,
                "--device", a.device, "--skip-tokenizer-init", "--host", "127.0.0.1",
                "--port", str(self.port), "--served-model-name", "bench",
-               "--max-model-len", str(a.prompt_len + a.max_tokens + 64),
+               "--max-model-len", str(max_model_len(a)),
                "--max-num-seqs", str(max(256, a.max_level))]
         cmd += ["--enforce-eager"] if a.enforce_eager else []
         cmd += extra + a.serve_arg

@@ -39,6 +39,7 @@ struct BenchFlags {
   bool sequence_parallel = false;
   int64_t block_size = 64;
   int64_t max_num_batched_tokens = 8192;
+  int64_t max_model_len = 0;  // the decode graphs' serving limit; 0: input_len + output_len
   int warmup = 3;
   int iters = 3;
   bool synthetic_context = false;
@@ -48,6 +49,10 @@ struct BenchFlags {
   double peak_bandwidth = 0;
   double peak_flops = 0;
 };
+
+int64_t model_len(const BenchFlags& f) {
+  return f.max_model_len > 0 ? f.max_model_len : f.input_len + f.output_len;
+}
 
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -348,13 +353,16 @@ json run_one(Context& cx, int64_t batch, double load_s) {
   if (cx.runner.decode_graphs()) {
     // Decode graphs need the serving layout: fixed block tables and a planned step workspace
     // (meta profile), a cache of exactly the blocks used, graphs captured up to the batch.
+    // A graph step's attention and indexer are planned for max_model_len (docs/design.md, "CUDA
+    // graphs"): a served step compares with a raw one of the server's limit.
     const ServingLimits limits{.max_num_batched_tokens = f.max_num_batched_tokens,
                                .max_num_seqs = batch,
-                               .max_model_len = f.input_len + f.output_len,
+                               .max_model_len = model_len(f),
                                .block_size = f.block_size};
+    const int64_t plan_blocks = (model_len(f) + f.block_size - 1) / f.block_size;
     const PlanBudget budget{
         .device_bytes = device_memory_bytes(cx.device) / cx.runner.ranks_per_device(),
-        .kv_cache_memory_bytes = batch * per_seq * f.block_size *
+        .kv_cache_memory_bytes = batch * plan_blocks * f.block_size *
                                  KvCache::bytes_per_token(c, activation_dtype(cx.device))};
     apply_plan(cx.runner, plan_memory(cx.runner, limits, budget, ProfileMode::kMeta));
   } else {
@@ -371,6 +379,7 @@ json run_one(Context& cx, int64_t batch, double load_s) {
            {"batch", batch},
            {"input_len", f.input_len},
            {"output_len", f.output_len},
+           {"max_model_len", model_len(f)},
            {"block_size", f.block_size},
            {"max_num_batched_tokens", f.max_num_batched_tokens},
            {"kv_cache_blocks", batch * per_seq},
@@ -527,6 +536,12 @@ void run(const BenchFlags& f) {
   if (f.input_len + f.output_len > max_len)
     raise<InvalidArgument>("--input-len + --output-len = {} exceeds max_position_embeddings {}",
                            f.input_len + f.output_len, max_len);
+  if (f.max_model_len > 0 && (f.max_model_len < f.input_len + f.output_len ||
+                              f.max_model_len > max_len))
+    raise<InvalidArgument>(
+        "--max-model-len {} must hold --input-len + --output-len = {} and stay within "
+        "max_position_embeddings {}",
+        f.max_model_len, f.input_len + f.output_len, max_len);
   const Clock::time_point t0 = Clock::now();
   ModelRunner runner({.model = f.model,
                       .load_format = parse_load_format(f.load_format),
@@ -586,6 +601,10 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens,
                   "Token budget of one prefill step (default 8192)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-model-len", f->max_model_len,
+                  "The serving limit decode graphs are planned for, as serve's (default "
+                  "--input-len + --output-len)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--warmup,--num-iters-warmup", f->warmup,
                   "Untimed steps before each phase (default 3)")

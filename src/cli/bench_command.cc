@@ -536,8 +536,8 @@ void run(const BenchFlags& f) {
   if (f.input_len + f.output_len > max_len)
     raise<InvalidArgument>("--input-len + --output-len = {} exceeds max_position_embeddings {}",
                            f.input_len + f.output_len, max_len);
-  if (f.max_model_len > 0 && (f.max_model_len < f.input_len + f.output_len ||
-                              f.max_model_len > max_len))
+  if (f.max_model_len > 0 &&
+      (f.max_model_len < f.input_len + f.output_len || f.max_model_len > max_len))
     raise<InvalidArgument>(
         "--max-model-len {} must hold --input-len + --output-len = {} and stay within "
         "max_position_embeddings {}",

@@ -514,9 +514,13 @@ TEST(Engine, StopsOnStopIdsOwnerVerdictAndLength) {
   EXPECT_EQ(stopped.tokens[0], std::vector<int32_t>(ref.tokens[0].begin(), stop_at + 1));
   EXPECT_EQ(stopped.finish[0], FinishReason::kStop);
 
+  // The owner's verdict on the third token, which reaches it while the fourth step runs (a
+  // token that ends nothing is reported beside the next forward): the sequence ends there, and
+  // the token that step drew is never reported nor counted.
   r.allocate_kv_cache(32, 16);
   Engine engine(r, {});
   std::vector<int32_t> got;
+  Usage usage;
   FinishReason finish = FinishReason::kNone;
   engine.add_request({.id = "s",
                       .prompt_ids = prompt,
@@ -524,14 +528,19 @@ TEST(Engine, StopsOnStopIdsOwnerVerdictAndLength) {
                       .on_token =
                           [&](const TokenEvent& ev) {
                             if (ev.token_id >= 0) got.push_back(ev.token_id);
+                            usage = ev.usage;
                             finish = ev.finish;
                             return got.size() == 3 ? Verdict::kStop : Verdict::kContinue;
                           },
                       .constraint = nullptr});
-  while (engine.step()) {
-  }
+  int steps = 1;
+  while (engine.step()) ++steps;
+  EXPECT_EQ(steps, 4);
   EXPECT_EQ(got, std::vector<int32_t>(ref.tokens[0].begin(), ref.tokens[0].begin() + 3));
   EXPECT_EQ(finish, FinishReason::kStop);
+  EXPECT_EQ(usage.completion_tokens, 3);
+  EXPECT_EQ(engine.stats().generation_tokens, 3);
+  EXPECT_DOUBLE_EQ(engine.block_manager().usage(), 0.0);
 }
 
 // A step drawn on the device reports its tokens that end nothing while the next step's forward
@@ -567,39 +576,6 @@ TEST(Engine, TokensThatEndNothingAreReportedWhileTheNextStepRuns) {
   EXPECT_GT(st.forward_seconds, 0.0);
   EXPECT_GE(st.schedule_seconds, 0.0);
   EXPECT_GE(st.output_seconds, 0.0);
-}
-
-// A kStop verdict on a token reported during the next step ends the sequence there: the token
-// that step drew is never reported nor counted.
-TEST(Engine, AVerdictOnAPendingTokenDropsTheNextStepsToken) {
-  ModelRunner& r = runner("tiny-dsv3");
-  std::mt19937 rng(13);
-  const auto prompt = random_prompt(rng, 20);
-  const auto ref = run(r, {{prompt, greedy(12)}})[0];
-  r.allocate_kv_cache(32, 16);
-  Engine engine(r, {});
-  std::vector<int32_t> got;
-  Usage usage;
-  FinishReason finish = FinishReason::kNone;
-  engine.add_request({.id = "v",
-                      .prompt_ids = prompt,
-                      .params = greedy(12),
-                      .on_token =
-                          [&](const TokenEvent& ev) {
-                            if (ev.token_id >= 0) got.push_back(ev.token_id);
-                            usage = ev.usage;
-                            finish = ev.finish;
-                            return got.size() == 3 ? Verdict::kStop : Verdict::kContinue;
-                          },
-                      .constraint = nullptr});
-  int steps = 0;
-  while (engine.step()) ++steps;
-  EXPECT_EQ(steps + 1, 4);  // the verdict came during the fourth step
-  EXPECT_EQ(got, std::vector<int32_t>(ref.tokens[0].begin(), ref.tokens[0].begin() + 3));
-  EXPECT_EQ(finish, FinishReason::kStop);
-  EXPECT_EQ(usage.completion_tokens, 3);
-  EXPECT_EQ(engine.stats().generation_tokens, 3);
-  EXPECT_DOUBLE_EQ(engine.block_manager().usage(), 0.0);
 }
 
 TEST(Engine, RejectsRequestsPastMaxModelLen) {

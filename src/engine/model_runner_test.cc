@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+#include <vector>
+
 #include "core/error.h"
 #include "test_data.h"
 
@@ -28,6 +31,31 @@ TEST(ModelRunner, ForwardNeedsACacheAndValidIds) {
   EXPECT_THROW(runner.forward(b), InvalidArgument);
   b.token_ids = {5};
   EXPECT_EQ(runner.forward(b).dim(1), 1024);
+}
+
+// forward_sample's `meanwhile` runs once a step on the calling thread, and what it throws reaches
+// the caller after every rank is done with the step (the ranks hold the job by reference): the
+// runner then steps as before.
+TEST(ModelRunner, MeanwhileRunsOnTheCallerAndItsErrorWaitsForTheRanks) {
+  for (int tp : {1, 2}) {
+    ModelRunner runner({.model = kTestData.string() + "/tiny-dsv3", .tensor_parallel_size = tp});
+    runner.allocate_kv_cache(1, 4);
+    ForwardBatch b;
+    b.token_ids = {5};
+    b.seqs.push_back({.num_new = 1, .block_table = {0}});
+    const std::vector<ops::RowSampling> rows(1);
+    const std::thread::id caller = std::this_thread::get_id();
+    int calls = 0;
+    const SampledRows first = runner.forward_sample(b, rows, nullptr, nullptr, false, [&] {
+      ++calls;
+      EXPECT_EQ(std::this_thread::get_id(), caller);
+    });
+    EXPECT_EQ(calls, 1) << "tp " << tp;
+    EXPECT_THROW(runner.forward_sample(b, rows, nullptr, nullptr, false,
+                                       [] { throw InvalidArgument("from meanwhile"); }),
+                 InvalidArgument);
+    EXPECT_EQ(runner.forward_sample(b, rows).ids, first.ids) << "tp " << tp;
+  }
 }
 
 }  // namespace

@@ -293,15 +293,13 @@ bool Engine::step() {
             masked_ ? ModelRunner::MaskSource([this] { return masks(); }) : nullptr, false,
             [this] { report_pending(); });
         scheduler_.commit();
-        defer_tokens_ = true;
         for (size_t r = 0; r < sampled_.size(); ++r) {
           if (sampled_[r]->finished()) continue;  // a kStop verdict on its pending token
           if (masked_ && mask_failed_[r])
             finish(*sampled_[r], FinishReason::kAbort, true);
           else
-            emit(*sampled_[r], drawn.ids[r], nullptr);
+            emit(*sampled_[r], drawn.ids[r], nullptr, /*defer=*/true);
         }
-        defer_tokens_ = false;
       } else {
         report_pending();
         const Tensor logits = runner_.forward(batch_);
@@ -319,7 +317,6 @@ bool Engine::step() {
     } catch (const DistributedError&) {
       throw;  // a process of the job died or hangs: the job goes down (World::fail_job)
     } catch (const std::exception& e) {
-      defer_tokens_ = false;
       fail_step(chunks, e.what());
     }
     retire_finished();
@@ -720,7 +717,7 @@ void Engine::fork(Sequence& parent, std::span<const int32_t> first_tokens) {
   parent.seq_slots = 1;
 }
 
-void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
+void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp, bool defer) {
   if (seq.finished()) return;
   RequestState& rs = *seq.request;
   const Clock::time_point now = Clock::now();
@@ -762,7 +759,7 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp) {
   ev.timings = rs.timings;
   if (!seq.finished()) ev.timings.finish = {};
   // Pending reports point into the request, which lives until its last sample finishes.
-  if (defer_tokens_ && !seq.finished() && !lp && !ev.prompt_logprobs) {
+  if (defer && !seq.finished() && !lp && !ev.prompt_logprobs) {
     pending_.push_back({&seq, ev});
     return;
   }
@@ -777,17 +774,23 @@ void Engine::report(Sequence& seq, const TokenEvent& ev) {
 
 void Engine::report_pending(const Sequence* seq) {
   if (pending_.empty()) return;
-  std::vector<PendingReport> due;
   if (seq) {
+    // One sequence's (before a report of its own): rare, a finishing token or an abort.
     const auto own = std::stable_partition(pending_.begin(), pending_.end(),
                                            [seq](const PendingReport& p) { return p.seq != seq; });
-    due.assign(std::make_move_iterator(own), std::make_move_iterator(pending_.end()));
+    const std::vector<PendingReport> due(std::make_move_iterator(own),
+                                         std::make_move_iterator(pending_.end()));
     pending_.erase(own, pending_.end());
-  } else {
-    due.swap(pending_);
+    for (const PendingReport& p : due)
+      if (!p.seq->finished()) report(*p.seq, p.ev);
+    return;
   }
-  for (const PendingReport& p : due)
+  // Every step's: the two buffers trade places, so neither is allocated again. A report's
+  // verdict may finish its sequence, which asks only for that sequence's (none left here).
+  reporting_.swap(pending_);
+  for (const PendingReport& p : reporting_)
     if (!p.seq->finished()) report(*p.seq, p.ev);
+  reporting_.clear();
 }
 
 bool Engine::advance_constraint(Sequence& seq, int32_t token) {

@@ -142,12 +142,12 @@ class Engine {
   // sequence, then drafts the next round of those that go on (carry: the forward's hidden rows).
   void draft(const std::vector<ScheduledChunk>& chunks);
   void fork(Sequence& parent, std::span<const int32_t> first_tokens);
-  // Appends the token to the sequence, decides whether it ends it and reports it. A token that
-  // ends nothing, in a step drawn on the device (defer_tokens_), is reported while the next
-  // step's forward runs (report_pending); every other report first delivers the same sequence's
-  // pending ones. A sequence already finished (a kStop verdict on its pending token, delivered
-  // while this step's forward ran) takes no more tokens.
-  void emit(Sequence& seq, int32_t token, const Logprobs* lp);
+  // Appends the token to the sequence, decides whether it ends it and reports it. With `defer`
+  // (a step drawn on the device), a token that ends nothing is reported while the next step's
+  // forward runs (report_pending); every other report first delivers the same sequence's pending
+  // ones. A sequence already finished (a kStop verdict on its pending token, delivered while
+  // this step's forward ran) takes no more tokens.
+  void emit(Sequence& seq, int32_t token, const Logprobs* lp, bool defer = false);
   // Delivers the pending token reports, in order: all of them, or only `seq`'s.
   void report_pending(const Sequence* seq = nullptr);
   void report(Sequence& seq, const TokenEvent& ev);
@@ -190,8 +190,7 @@ class Engine {
     Sequence* seq;
     TokenEvent ev;
   };
-  std::vector<PendingReport> pending_;
-  bool defer_tokens_ = false;
+  std::vector<PendingReport> pending_, reporting_;  // reporting_: report_pending's buffer
   int64_t steps_ = 0;
   double schedule_seconds_ = 0.0, forward_seconds_ = 0.0, output_seconds_ = 0.0;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;

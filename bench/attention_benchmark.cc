@@ -7,7 +7,8 @@
 //   - the same for decode steps of 1, 8, 64 and 256 sequences at 4,096 context; key bytes read
 //     per second against the 4.8 TB/s floor;
 //   - the DSA indexer's scores and top-k for the 8,192-token prompt (both score kernels) and the
-//     decode steps; the scores' TFLOP/s (Hi · Di multiply-adds per valid key).
+//     decode steps; the scores' TFLOP/s (Hi · Di multiply-adds per valid key);
+//   - attention again with batch invariance (--batch-invariant) where it cuts a step otherwise.
 //
 //   attention_benchmark [--iters N]
 #include <cuda_runtime.h>
@@ -134,8 +135,6 @@ void bench_step(cudaStream_t stream, const char* name, const Step& s, int iters,
   const uint16_t* q = random_bf16(static_cast<size_t>(s.T) * kH * kDk, 0.5f, 1);
   const uint16_t* kv = random_bf16(static_cast<size_t>(s.rows) * kDk, 0.5f, 2);
   uint16_t* out = device_alloc<uint16_t>(static_cast<size_t>(s.T) * kH * kDv);
-  const auto cut = mls::ops::scratch::attention_splits(s.T, kH, 1, kDv, kTopk, true);
-  float* scratch = cut.floats > 0 ? device_alloc<float>(cut.floats) : nullptr;
   k::AttentionParams p;
   p.q = q;
   p.q_st = kH * kDk;
@@ -157,17 +156,31 @@ void bench_step(cudaStream_t stream, const char* name, const Step& s, int iters,
   p.Dk = kDk;
   p.Dv = kDv;
   p.scale = 0.0416667f;
-  const double us = time_graph(
-      stream, iters, [&](int) { check(k::launch_attention(p, scratch, stream), "attention"); });
-  const double flop = s.keys * kH * (kDk + kDv) * 2.0;
-  const double bytes = s.keys * kDk * 2.0;
-  std::printf("  %-22s attention %9.1f µs  %6.1f TFLOP/s (%4.1f%% of %.0f)", name, us,
-              flop / us * 1e-6, 100.0 * flop / us * 1e-6 / kBf16Peak, kBf16Peak);
-  if (decode)
-    std::printf("  keys %.2f TB/s (%4.1f%%)", bytes / us * 1e-6,
-                100.0 * bytes / us * 1e-6 / kFloorTBs);
-  std::printf("  [%ld splits of %ld keys, %ld heads a CTA]\n", static_cast<long>(cut.splits),
-              static_cast<long>(cut.keys_per_split), static_cast<long>(cut.head_group));
+  // Batch invariance takes one cut for every step: timed where that is another cut.
+  const auto cut_for = [&](bool invariant) {
+    return mls::ops::scratch::attention_splits(s.T, kH, 1, kDv, kTopk, true, invariant);
+  };
+  for (const bool invariant : {false, true}) {
+    const auto cut = cut_for(invariant);
+    if (invariant && cut.splits == cut_for(false).splits &&
+        cut.head_group == cut_for(false).head_group)
+      continue;
+    float* scratch = cut.floats > 0 ? device_alloc<float>(cut.floats) : nullptr;
+    p.batch_invariant = invariant;
+    const double us = time_graph(
+        stream, iters, [&](int) { check(k::launch_attention(p, scratch, stream), "attention"); });
+    const double flop = s.keys * kH * (kDk + kDv) * 2.0;
+    const double bytes = s.keys * kDk * 2.0;
+    std::printf("  %-22s attention %9.1f µs  %6.1f TFLOP/s (%4.1f%% of %.0f)",
+                invariant ? "  batch-invariant" : name, us, flop / us * 1e-6,
+                100.0 * flop / us * 1e-6 / kBf16Peak, kBf16Peak);
+    if (decode)
+      std::printf("  keys %.2f TB/s (%4.1f%%)", bytes / us * 1e-6,
+                  100.0 * bytes / us * 1e-6 / kFloorTBs);
+    std::printf("  [%ld splits of %ld keys, %ld heads a CTA]\n", static_cast<long>(cut.splits),
+                static_cast<long>(cut.keys_per_split), static_cast<long>(cut.head_group));
+    check(cudaFree(scratch), "free");
+  }
 
   // The indexer over the same step: its own queries and keys, f32 head weights.
   const uint16_t* iq = random_bf16(static_cast<size_t>(s.T) * kHi * kDi, 0.5f, 3);
@@ -208,9 +221,8 @@ void bench_step(cudaStream_t stream, const char* name, const Step& s, int iters,
   std::printf("  %-22s indexer scores + top-k %9.1f µs\n", name, tus);
   for (const void* ptr :
        {static_cast<const void*>(q), static_cast<const void*>(kv), static_cast<const void*>(out),
-        static_cast<const void*>(scratch), static_cast<const void*>(iq),
-        static_cast<const void*>(ik), static_cast<const void*>(w), static_cast<const void*>(chosen),
-        static_cast<const void*>(scores)})
+        static_cast<const void*>(iq), static_cast<const void*>(ik), static_cast<const void*>(w),
+        static_cast<const void*>(chosen), static_cast<const void*>(scores)})
     check(cudaFree(const_cast<void*>(ptr)), "free");
 }
 

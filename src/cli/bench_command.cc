@@ -44,6 +44,7 @@ struct BenchFlags {
   int iters = 3;
   bool synthetic_context = false;
   bool enforce_eager = RunnerOptions{}.enforce_eager;  // no CUDA graphs for decode
+  bool batch_invariant = RunnerOptions{}.batch_invariant;
   bool json = false;
   // The roofline's peaks. 0: the device's own (H200 figures on a GPU; none on the CPU).
   double peak_bandwidth = 0;
@@ -385,6 +386,7 @@ json run_one(Context& cx, int64_t batch, double load_s) {
            {"kv_cache_blocks", batch * per_seq},
            {"synthetic_context", f.synthetic_context},
            {"enforce_eager", f.enforce_eager},
+           {"batch_invariant", f.batch_invariant},
            {"cuda_graph_buckets", cx.runner.captured_buckets()},
            {"warmup", f.warmup},
            {"iters", f.iters},
@@ -548,7 +550,8 @@ void run(const BenchFlags& f) {
                       .tensor_parallel_size = f.tensor_parallel_size,
                       .sequence_parallel = f.sequence_parallel,
                       .device = device,
-                      .enforce_eager = f.enforce_eager});
+                      .enforce_eager = f.enforce_eager,
+                      .batch_invariant = f.batch_invariant});
   const double load_s = seconds(Clock::now() - t0);
   if (!runner.leader()) return runner.follow();
   const io::ModelConfig& c = runner.config();
@@ -624,6 +627,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--enforce-eager,!--no-enforce-eager", f->enforce_eager,
                 "Never capture CUDA graphs for decode (as serve --enforce-eager)");
+  cmd->add_flag("--batch-invariant,!--no-batch-invariant", f->batch_invariant,
+                "Every token's output independent of its batch (as serve --batch-invariant)");
   cmd->add_flag("--json", f->json, "One JSON object per batch size, one per line");
   cmd->callback([f] { run(*f); });
 }

@@ -355,6 +355,12 @@ std::vector<FlagSpec> build_table() {
        "Never capture CUDA graphs for decode. Without it a GPU at tensor-parallel size 1 "
        "captures one graph per batch-size bucket; replays give the eager steps' bits",
        "", [](ServeFlags& f, const std::string& v) { return set_bool(f.enforce_eager, v); }},
+      {"--batch-invariant", "", kSwitch, kImplemented, "",
+       "Every token's output independent of the batch it runs in (mlaserve; vLLM's "
+       "VLLM_BATCH_INVARIANT=1, which mlaserve also reads): one attention cut for every step, "
+       "so a prompt's cached prefix gives the bits recomputing it would. Costs small and large "
+       "steps' attention time on a GPU; refused there for block-FP8 checkpoints",
+       "", [](ServeFlags& f, const std::string& v) { return set_bool(f.batch_invariant, v); }},
       {"--compilation-config", "-O", kJson, kNoEffect, "JSON", "torch.compile and CUDA-graph "
        "settings",
        "there is no torch.compile or CUDA-graph capture: the kernels are compiled ahead of time",
@@ -675,6 +681,16 @@ std::string flag_usage(const FlagSpec& s) {
 const std::vector<FlagSpec>& serve_flag_table() {
   static const std::vector<FlagSpec> table = build_table();
   return table;
+}
+
+bool env_batch_invariant(const char* value) {
+  if (!value) return false;
+  const std::string_view v(value);
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size())
+    raise<InvalidArgument>("VLLM_BATCH_INVARIANT={}: expected an integer (0 off, 1 on)", v);
+  return n != 0;
 }
 
 std::optional<int64_t> parse_human_int(std::string_view s) {

@@ -45,6 +45,8 @@ struct ServeFlags {
   int64_t block_size = 64;
   bool enable_prefix_caching = true;
   bool enforce_eager = RunnerOptions{}.enforce_eager;  // no CUDA graphs for decode
+  // --batch-invariant; vLLM's VLLM_BATCH_INVARIANT also turns it on (env_batch_invariant).
+  bool batch_invariant = RunnerOptions{}.batch_invariant;
   std::optional<uint64_t> seed;
   // --speculative-config: MTP drafting with the checkpoint's own layers; unset: off.
   std::optional<SpeculativeConfig> speculative;
@@ -125,6 +127,10 @@ ParsedServe parse_serve_args(const std::vector<std::string>& args);
 // vLLM's integer forms: "4096", "128k" (×1000), "32K" (×1024), "1m", "1M", "1.5k",
 // plus KiB/MiB/GiB/TiB; nullopt when `s` is none of them or not a whole number.
 std::optional<int64_t> parse_human_int(std::string_view s);
+
+// VLLM_BATCH_INVARIANT's value (null: unset) read as vLLM reads it, an integer that turns batch
+// invariance on when nonzero; InvalidArgument for anything else.
+bool env_batch_invariant(const char* value);
 
 std::string serve_help();      // `serve --help`
 std::string flags_markdown();  // docs/flags.md

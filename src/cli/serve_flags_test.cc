@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/error.h"
+
 namespace mls::cli {
 namespace {
 
@@ -178,6 +180,21 @@ TEST(ServeFlags, EnforceEagerIsImplemented) {
   EXPECT_TRUE(on.flags.enforce_eager);
   EXPECT_TRUE(on.flags.no_effect_notes.empty()) << joined(on.flags.no_effect_notes);
   EXPECT_FALSE(parse({"m", "--enforce-eager", "--no-enforce-eager"}).flags.enforce_eager);
+}
+
+// --batch-invariant is ours; vLLM's VLLM_BATCH_INVARIANT is read as vLLM reads it (an integer,
+// nonzero on) and anything else is an error, not a silent off.
+TEST(ServeFlags, BatchInvarianceFromTheFlagOrVllmsVariable) {
+  EXPECT_FALSE(parse({"m"}).flags.batch_invariant);
+  const ParsedServe on = parse({"m", "--batch-invariant"});
+  EXPECT_TRUE(on.errors.empty()) << joined(on.errors);
+  EXPECT_TRUE(on.flags.batch_invariant);
+  EXPECT_FALSE(env_batch_invariant(nullptr));
+  EXPECT_FALSE(env_batch_invariant("0"));
+  EXPECT_TRUE(env_batch_invariant("1"));
+  EXPECT_TRUE(env_batch_invariant("2"));
+  for (const char* bad : {"", "true", "1x", " 1"})
+    EXPECT_THROW(env_batch_invariant(bad), InvalidArgument) << "'" << bad << "'";
 }
 
 // --skip-tokenizer-init: token ids only; the flags that turn text into ids (or back) are

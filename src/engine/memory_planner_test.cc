@@ -288,7 +288,7 @@ TEST(MemoryPlanner, PlansAGpuWithoutOne) {
   // The decode step at 32k context: DSA attention reads the 2,048 chosen keys unsplit, and the
   // indexer's fp32 scores of 256 rows over the 32k keys are GPU scratch the step holds (the
   // CPU's plan has none).
-  EXPECT_EQ(ops::scratch::attention_splits(256, 64, 1, 512, 2048, true).floats, 0);
+  EXPECT_EQ(ops::scratch::attention_splits(256, 64, 1, 512, 2048, true, false).floats, 0);
   EXPECT_GT(p.decode_workspace_bytes, ops::scratch::indexer_scratch_floats(256, 32768, 2048) * 4);
   std::printf("%s", plan.report().c_str());
 }

@@ -209,6 +209,7 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
       lo.parallel = {tp, r.index, comms_[r.index - first_rank_].get(), opts.sequence_parallel};
       lo.alloc = r.alloc.get();
       lo.topk_tie_order = opts.topk_tie_order;
+      lo.batch_invariant = opts.batch_invariant;
       lo.progress = opts.load_progress;
       lo.mtp = opts.mtp;
       r.model = Model::load(opts.model, lo);
@@ -219,6 +220,7 @@ ModelRunner::ModelRunner(const RunnerOptions& opts)
     throw;
   }
   if (graphs_off_.empty()) graphs_off_ = ranks_[0]->model->decode_host_sync();
+  if (opts.batch_invariant) MLS_LOG_INFO("Batch invariance: on (one attention cut for every step)");
   if (!opts.device.is_cpu())
     MLS_LOG_INFO("CUDA graphs for decode: {}",
                  graphs_off_.empty() ? std::string("on, captured once the memory plan is applied")
@@ -380,6 +382,10 @@ const io::ModelConfig& ModelRunner::config() const {
 
 ops::TopkTieOrder ModelRunner::topk_tie_order() const {
   return ranks_[0]->model->topk_tie_order();
+}
+
+bool ModelRunner::batch_invariant() const {
+  return ranks_[0]->model->batch_invariant();
 }
 
 int64_t ModelRunner::num_mtp_layers() const {

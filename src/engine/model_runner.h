@@ -51,6 +51,8 @@ struct RunnerOptions {
   // by default, as in vLLM: replays are bitwise equal to eager steps (eager decode steps pad to
   // the same buckets), so graphs change no output.
   bool enforce_eager = false;
+  // Every token's results independent of its step (ModelConstants::batch_invariant).
+  bool batch_invariant = false;
   // Weight-loading progress of every rank (model/model_weights.h), e.g. a progress bar.
   WeightLoadProgress load_progress = nullptr;
   // Speculative decoding: also load the checkpoint's MTP layers, give the KV cache their layers
@@ -67,6 +69,7 @@ class ModelRunner {
 
   const io::ModelConfig& config() const;
   ops::TopkTieOrder topk_tie_order() const;
+  bool batch_invariant() const;  // RunnerOptions::batch_invariant, as the ranks loaded it
   // The MTP layers loaded (RunnerOptions::mtp), 0 without.
   int64_t num_mtp_layers() const;
   // Rank 0's device.

@@ -33,6 +33,27 @@ TEST(ModelRunner, ForwardNeedsACacheAndValidIds) {
   EXPECT_EQ(runner.forward(b).dim(1), 1024);
 }
 
+// Batch invariance loads where every kernel a token meets keeps its bits whatever the step: the
+// CPU, and a GPU's bf16 models. A GPU's block-FP8 model is refused at load, naming the reason
+// (meta runners of the GPU kind need no GPU).
+TEST(ModelRunner, BatchInvarianceRefusesBlockFp8OnTheGpu) {
+  const std::string fp8 = kTestData.string() + "/tiny-glm5-fp8";
+  EXPECT_TRUE(ModelRunner({.model = fp8, .batch_invariant = true}).batch_invariant());
+  EXPECT_TRUE(ModelRunner({.model = kTestData.string() + "/tiny-glm5",
+                           .device = Device::cuda(0),
+                           .meta = true,
+                           .batch_invariant = true})
+                  .batch_invariant());
+  try {
+    ModelRunner({.model = fp8, .device = Device::cuda(0), .meta = true, .batch_invariant = true});
+    ADD_FAILURE() << "a block-FP8 model loaded with batch invariance on the GPU";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("block-FP8"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(
+      ModelRunner({.model = fp8, .device = Device::cuda(0), .meta = true}).batch_invariant());
+}
+
 // forward_sample's `meanwhile` runs once a step on the calling thread, and what it throws reaches
 // the caller after every rank is done with the step (the ranks hold the job by reference): the
 // runner then steps as before.

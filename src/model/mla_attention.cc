@@ -63,7 +63,8 @@ Tensor MlaAttention::attend(const LayerWeights& w, const StepContext& step,
   Tensor o_lat = Tensor::empty({N, nh, rkv}, dt, act, a);
   const ops::AttentionArgs args{.scale = k_.softmax_scale,
                                 .allowed = chosen.defined() ? &chosen : nullptr,
-                                .pages = step.pages()};
+                                .pages = step.pages(),
+                                .batch_invariant = k_.batch_invariant};
   ops::attention(q_lat, keys, values, step.positions, args, o_lat);
 
   // Back out of latent space: o_h = o_lat_h · W_UVᵀ (head-strided rows of kv_b_proj), o_proj.

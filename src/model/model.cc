@@ -23,16 +23,16 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
   ModelWeights w = load_weights(config, opts.parallel, ckpt ? &*ckpt : nullptr, opts.format, alloc,
                                 opts.progress, opts.mtp);
   return std::make_unique<Model>(std::move(config), std::move(w), opts.parallel, alloc,
-                                 opts.topk_tie_order);
+                                 opts.topk_tie_order, opts.batch_invariant);
 }
 
 Model::Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par,
-             Allocator& alloc, ops::TopkTieOrder topk_tie_order)
+             Allocator& alloc, ops::TopkTieOrder topk_tie_order, bool batch_invariant)
     : config_(std::move(config)),
       w_(std::move(weights)),
       par_(par),
       alloc_(&alloc),
-      k_(ModelConstants::make(config_, par_, alloc.device(), topk_tie_order)) {
+      k_(ModelConstants::make(config_, par_, alloc.device(), topk_tie_order, batch_invariant)) {
   if (par_.tp_size > 1 && !par_.comm)
     raise<InternalError>("tensor parallelism of {} without a communicator", par_.tp_size);
   // Absorbed decode needs W_UKᵀ per local head: [rkv, dn] from kv_b_proj's k rows.

@@ -22,6 +22,7 @@ struct LoadOptions {
   ParallelContext parallel;
   Allocator* alloc = nullptr;  // default_allocator() when null
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;
+  bool batch_invariant = false;           // ModelConstants::batch_invariant
   WeightLoadProgress progress = nullptr;  // optional
   bool mtp = false;                       // also load the MTP layers (speculative decoding)
 };
@@ -29,13 +30,15 @@ struct LoadOptions {
 class Model {
  public:
   static std::unique_ptr<Model> load(const std::filesystem::path& dir, const LoadOptions& opts);
+  // Unsupported for batch invariance on a GPU with block-FP8 weights (ModelConstants).
   Model(io::ModelConfig config, ModelWeights weights, const ParallelContext& par, Allocator& alloc,
-        ops::TopkTieOrder topk_tie_order);
+        ops::TopkTieOrder topk_tie_order, bool batch_invariant);
 
   const io::ModelConfig& config() const { return config_; }
   const ParallelContext& parallel() const { return par_; }
   Allocator& allocator() const { return *alloc_; }
   ops::TopkTieOrder topk_tie_order() const { return k_.topk_tie_order; }
+  bool batch_invariant() const { return k_.batch_invariant; }
 
   // Logits [num_logit_rows, vocab_size] for the rows the batch asks for, in batch order.
   // `hidden`, when given, receives every token's final hidden state (after model.norm,

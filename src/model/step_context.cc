@@ -9,9 +9,17 @@
 namespace mls {
 
 ModelConstants ModelConstants::make(const io::ModelConfig& c, const ParallelContext& p,
-                                    Device device, ops::TopkTieOrder topk_tie_order) {
+                                    Device device, ops::TopkTieOrder topk_tie_order,
+                                    bool batch_invariant) {
+  if (batch_invariant && c.quant.fp8 && !device.is_cpu())
+    raise<Unsupported>(
+        "batch invariance on {}: block-FP8 GEMMs and experts choose their kernels by the step's "
+        "token count, so a token's bits would depend on its step; serve a bf16 checkpoint, or "
+        "run without --batch-invariant",
+        device.str());
   ModelConstants k;
   k.topk_tie_order = topk_tie_order;
+  k.batch_invariant = batch_invariant;
   ops::RopeParamsF rp;
   rp.theta = c.rope.theta;
   rp.yarn = c.rope.type == "yarn";

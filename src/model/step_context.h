@@ -29,9 +29,14 @@ struct ModelConstants {
   // Activations and the KV cache: f32 on the CPU, bf16 on the GPU (fp32 accumulation there).
   DType act = DType::kF32;
   ops::TopkTieOrder topk_tie_order = ops::kDefaultTopkTieOrder;  // the DSA indexer's
+  // A token's results depend on nothing else in its step (--batch-invariant; vLLM's
+  // VLLM_BATCH_INVARIANT): attention cuts every step alike (ops/attention.h). The CPU is invariant
+  // by construction, and so are a GPU's bf16 GEMMs (cuBLASLt, ops/linear.h); a GPU's block-FP8
+  // GEMMs and experts choose kernels by step size, so make() refuses that combination.
+  bool batch_invariant = false;
 
   static ModelConstants make(const io::ModelConfig& c, const ParallelContext& p, Device device,
-                             ops::TopkTieOrder topk_tie_order);
+                             ops::TopkTieOrder topk_tie_order, bool batch_invariant);
 };
 
 // Receives named intermediates ("embed", "layer.L", "final_norm"; on full DSA indexer layers

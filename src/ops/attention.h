@@ -31,6 +31,10 @@ struct AttentionArgs {
   float scale = 1.0f;
   const Tensor* allowed = nullptr;  // optional sparse index lists [T, K]
   PagedKeys pages;
+  // One cut for every step, whatever its size (ops/scratch_sizes.h, attention_splits), so a
+  // query's bits depend on nothing else in its step. The CPU computes each query alone anyway;
+  // the GPU otherwise cuts small steps finer.
+  bool batch_invariant = false;
 };
 
 namespace cpu {
@@ -54,7 +58,7 @@ inline ScratchPlan attention_scratch(const Tensor& q, const Tensor& k, const Ten
                                      const AttentionArgs& args) {
   const int64_t n_list = args.allowed ? args.allowed->dim(1) : key_bound(args.pages, k.dim(0));
   return {{{scratch::attention_splits(q.dim(0), q.dim(1), k.dim(1), v.dim(2), n_list,
-                                      args.allowed != nullptr)
+                                      args.allowed != nullptr, args.batch_invariant)
                 .floats,
             DType::kF32, MemTag::kActivation},
            {}}};

@@ -25,16 +25,32 @@ constexpr int64_t round_up(int64_t v, int64_t m) {
 // over 2,048 chosen keys was one CTA: 250 µs a layer on the H200), so it aims at
 // kAttentionTargetCtas CTAs: a DSA list first takes closer boundaries (down to
 // kAttentionSplitStep keys; partials are cheaper than re-reading keys), then narrower head groups
-// (16) and boundaries down to kAttentionMinKeysPerSplit. The cut depends on the step's query
-// count, as the GEMMs' kernels do, never on the queries' contents: rows of steps of the same size
-// (a graph bucket and its eager step) compute alike. A dense list keeps fixed boundaries and
-// chooses its head group from the query count alone, since a graph step bounds its keys by
-// max_model_len and an eager step by its longest row; a DSA list is index_topk wide in both.
+// (16) and boundaries down to kAttentionMinKeysPerSplit. A DSA list of over 32 heads keeps its
+// 64-head CTAs instead (at the DeepSeek/GLM latent shape, the warpgroup-MMA kernel) and takes
+// boundaries down to kAttentionMinKeysPerSplit aiming at only kAttentionWideTargetCtas, as each
+// such split writes 64 partial rows: GLM-5's 2,048 keys at batch 1 / 8 took 14.7 / 54.0 µs cut
+// 16 heads wide and take 12.2 / 22.9 µs so (H200, bench/attention_benchmark). The cut depends on
+// the step's query count, as the GEMMs' kernels do, never on the queries' contents: rows of steps
+// of the same size (a graph bucket and its eager step) compute alike. A dense list keeps fixed
+// boundaries and chooses its head group from the query count alone, since a graph step bounds its
+// keys by max_model_len and an eager step by its longest row; a DSA list is index_topk wide in
+// both.
+//
+// Batch invariance (`invariant`, --batch-invariant): one cut for every step, so a query's splits
+// and head group, hence its bits, depend on nothing else in its step (a prefix-cached prompt row
+// then equals the row its decode step computed): the wide head group, and DSA lists split every
+// kAttentionInvariantKeysPerSplit keys. Small steps then fill fewer SMs and large ones write
+// partials (bench/attention_benchmark measures both).
 inline constexpr int64_t kAttentionKeysPerSplit = 2048;
 inline constexpr int64_t kAttentionSplitStep = 256;
 inline constexpr int64_t kAttentionMinKeysPerSplit = 64;  // two 32-key tiles
+inline constexpr int64_t kAttentionInvariantKeysPerSplit = 512;
+static_assert(kAttentionInvariantKeysPerSplit % 32 == 0 &&
+              kAttentionInvariantKeysPerSplit <= kAttentionKeysPerSplit);
 // About two CTAs per SM of an H200: a fixed count, not the device's, so meta mode plans alike.
+// 64-head CTAs: about one per SM.
 inline constexpr int64_t kAttentionTargetCtas = 256;
+inline constexpr int64_t kAttentionWideTargetCtas = 128;
 inline constexpr int64_t kAttentionScratchFloats = int64_t{64} << 20;
 inline constexpr int kAttentionMaxDv = 512;
 
@@ -54,7 +70,7 @@ struct AttentionSplits {
 // T queries of H heads over `key_heads` key heads of width Dv; n_list: the DSA list width
 // (`sparse`) or the host bound on any query's key count.
 constexpr AttentionSplits attention_splits(int64_t T, int64_t H, int64_t key_heads, int64_t Dv,
-                                           int64_t n_list, bool sparse) {
+                                           int64_t n_list, bool sparse, bool invariant) {
   AttentionSplits s;
   s.group_T = T;
   if (key_heads != 1 || Dv > kAttentionMaxDv || T == 0) return s;
@@ -64,16 +80,26 @@ constexpr AttentionSplits attention_splits(int64_t T, int64_t H, int64_t key_hea
   s.head_group = attention_wide_head_group(H);
   // CTAs per query with this cut (a dense list's splits do not count: see above).
   auto per_query = [&] { return (sparse ? s.splits : 1) * ceil_div(H, s.head_group); };
-  auto split_closer = [&](int64_t min_keys) {
-    const int64_t want = std::max(ceil_div(kAttentionTargetCtas, T * per_query()), int64_t{1});
+  auto split_closer = [&](int64_t min_keys, int64_t target) {
+    const int64_t want = std::max(ceil_div(target, T * per_query()), int64_t{1});
     s.keys_per_split = round_up(std::max(ceil_div(n, want * s.splits), min_keys), 32);
     s.keys_per_split = std::min(s.keys_per_split, kAttentionKeysPerSplit);
     s.splits = ceil_div(n, s.keys_per_split);
   };
-  if (sparse && T * per_query() < kAttentionTargetCtas) split_closer(kAttentionSplitStep);
-  if (T * per_query() < kAttentionTargetCtas) {
-    s.head_group = 16;
-    if (sparse) split_closer(kAttentionMinKeysPerSplit);
+  if (invariant) {
+    if (sparse) {
+      s.keys_per_split = kAttentionInvariantKeysPerSplit;
+      s.splits = ceil_div(n, s.keys_per_split);
+    }
+  } else {
+    if (sparse && T * per_query() < kAttentionTargetCtas)
+      split_closer(kAttentionSplitStep, kAttentionTargetCtas);
+    if (sparse && s.head_group == 64 && T * per_query() < kAttentionTargetCtas) {
+      split_closer(kAttentionMinKeysPerSplit, kAttentionWideTargetCtas);
+    } else if (T * per_query() < kAttentionTargetCtas) {
+      s.head_group = 16;
+      if (sparse) split_closer(kAttentionMinKeysPerSplit, kAttentionTargetCtas);
+    }
   }
   if (s.splits > 1) {
     const int64_t floats_per_query = s.splits * H * (Dv + 2);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace mls::ops::scratch {
 namespace {
 
@@ -9,20 +11,28 @@ int64_t ctas(const AttentionSplits& s, int64_t T, int64_t H) {
   return T * s.splits * ((H + s.head_group - 1) / s.head_group);
 }
 
-// GLM-5's decode: 64 heads of Dv 512 over 2,048 chosen keys.
+// GLM-5's decode: 64 heads of Dv 512 over 2,048 chosen keys, in 64-head CTAs; 16 heads
+// (DeepSeek-V3.2 at tensor-parallel 8) in 16-head CTAs.
 TEST(AttentionSplits, SmallDsaStepsFillTheGpu) {
-  const AttentionSplits one = attention_splits(1, 64, 1, 512, 2048, true);
-  EXPECT_EQ(one.head_group, 16);
+  const AttentionSplits one = attention_splits(1, 64, 1, 512, 2048, true, false);
+  EXPECT_EQ(one.head_group, 64);
   EXPECT_EQ(one.keys_per_split, kAttentionMinKeysPerSplit);
   EXPECT_EQ(one.splits, 32);
   EXPECT_EQ(one.floats, 32 * 64 * (512 + 2));
+  const AttentionSplits eight = attention_splits(8, 64, 1, 512, 2048, true, false);
+  EXPECT_EQ(eight.head_group, 64);
+  EXPECT_EQ(eight.keys_per_split, 128);
+  EXPECT_EQ(ctas(eight, 8, 64), kAttentionWideTargetCtas);
+  const AttentionSplits narrow = attention_splits(1, 16, 1, 512, 2048, true, false);
+  EXPECT_EQ(narrow.head_group, 16);
+  EXPECT_EQ(narrow.keys_per_split, kAttentionMinKeysPerSplit);
   // Closer boundaries come before narrower head groups.
-  const AttentionSplits b64 = attention_splits(64, 64, 1, 512, 2048, true);
+  const AttentionSplits b64 = attention_splits(64, 64, 1, 512, 2048, true, false);
   EXPECT_EQ(b64.head_group, 64);
   EXPECT_EQ(b64.splits, 4);
   EXPECT_EQ(ctas(b64, 64, 64), kAttentionTargetCtas);
   // A large step is cut as before: one CTA per query, no partials.
-  const AttentionSplits b256 = attention_splits(256, 64, 1, 512, 2048, true);
+  const AttentionSplits b256 = attention_splits(256, 64, 1, 512, 2048, true, false);
   EXPECT_EQ(b256.splits, 1);
   EXPECT_EQ(b256.head_group, 64);
   EXPECT_EQ(b256.floats, 0);
@@ -33,7 +43,7 @@ TEST(AttentionSplits, EveryCutCoversTheListInWholeTiles) {
     for (int64_t H : {8, 16, 32, 64, 128})
       for (int64_t T : {1, 2, 3, 8, 13, 64, 255, 256, 4096})
         for (int64_t n : {1, 31, 100, 2048, 4096, 163840}) {
-          const AttentionSplits s = attention_splits(T, H, 1, 512, n, sparse);
+          const AttentionSplits s = attention_splits(T, H, 1, 512, n, sparse, false);
           SCOPED_TRACE(testing::Message()
                        << "sparse " << sparse << " H " << H << " T " << T << " n " << n);
           EXPECT_EQ(s.keys_per_split % 32, 0);
@@ -61,19 +71,45 @@ TEST(AttentionSplits, EveryCutCoversTheListInWholeTiles) {
 TEST(AttentionSplits, DenseCutsDependOnTheStepSizeOnly) {
   for (int64_t T : {1, 8, 64, 256})
     for (int64_t n : {100, 4096, 163840}) {
-      const AttentionSplits s = attention_splits(T, 64, 1, 512, n, false);
-      const AttentionSplits ref = attention_splits(T, 64, 1, 512, 1, false);
+      const AttentionSplits s = attention_splits(T, 64, 1, 512, n, false, false);
+      const AttentionSplits ref = attention_splits(T, 64, 1, 512, 1, false, false);
       EXPECT_EQ(s.keys_per_split, kAttentionKeysPerSplit);
       EXPECT_EQ(s.head_group, ref.head_group) << "T " << T << " n " << n;
     }
 }
 
+// Batch invariance: one cut for every step (the demo model's 8 heads over 256 chosen keys,
+// GLM-5's 64 over 2,048, and dense lists up to 160k keys): the wide head group, DSA lists split
+// every kAttentionInvariantKeysPerSplit keys, dense lists at the fixed boundaries; the scratch
+// still holds whole query groups within the cap.
+TEST(AttentionSplits, InvariantCutsAreOneCutForEveryStep) {
+  for (bool sparse : {true, false})
+    for (const auto& [H, n] : {std::pair<int64_t, int64_t>{8, 256}, {64, 2048}, {64, 163840}}) {
+      const int64_t kps = sparse ? kAttentionInvariantKeysPerSplit : kAttentionKeysPerSplit;
+      for (int64_t T : {1, 2, 64, 256, 8192}) {
+        SCOPED_TRACE(testing::Message()
+                     << "sparse " << sparse << " H " << H << " n " << n << " T " << T);
+        const AttentionSplits s = attention_splits(T, H, 1, 512, n, sparse, true);
+        EXPECT_EQ(s.keys_per_split, kps);
+        EXPECT_EQ(s.splits, (n + kps - 1) / kps);
+        EXPECT_EQ(s.head_group, attention_wide_head_group(H));
+        if (s.splits > 1) {
+          EXPECT_EQ(s.floats, s.splits * H * (512 + 2) * s.group_T);
+          EXPECT_LE(s.floats, std::max(kAttentionScratchFloats, s.splits * H * (512 + 2)));
+        }
+      }
+    }
+  // Without it, the same list is cut by the step's size.
+  EXPECT_NE(attention_splits(1, 64, 1, 512, 2048, true, false).splits,
+            attention_splits(8192, 64, 1, 512, 2048, true, false).splits);
+}
+
 // Key heads other than one (the expanded path) and values too wide for the latent kernel are
 // never split.
 TEST(AttentionSplits, OtherShapesAreNotSplit) {
-  EXPECT_EQ(attention_splits(1, 8, 8, 64, 4096, false).splits, 1);
-  EXPECT_EQ(attention_splits(1, 64, 1, kAttentionMaxDv + 1, 4096, true).splits, 1);
-  EXPECT_EQ(attention_splits(0, 64, 1, 512, 4096, true).floats, 0);
+  EXPECT_EQ(attention_splits(1, 8, 8, 64, 4096, false, false).splits, 1);
+  EXPECT_EQ(attention_splits(1, 64, 1, kAttentionMaxDv + 1, 4096, true, false).splits, 1);
+  EXPECT_EQ(attention_splits(0, 64, 1, 512, 4096, true, false).floats, 0);
 }
 
 // Calls of few rows split their greedy rows into slices of at least kSampleMinSlice logits,

@@ -31,6 +31,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   p.Dk = static_cast<int>(Dk);
   p.Dv = static_cast<int>(Dv);
   p.scale = args.scale;
+  p.batch_invariant = args.batch_invariant;
   if (const Tensor* a = args.allowed) {
     p.allowed = a->data<int32_t>();
     p.allowed_k = a->dim(1);
@@ -41,7 +42,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   // The scratch of ops::attention_scratch; the kernel plans its splits from the same function.
   const int64_t floats =
       scratch::attention_splits(T, H, Hk, Dv, args.allowed ? p.allowed_k : p.key_bound,
-                                args.allowed != nullptr)
+                                args.allowed != nullptr, args.batch_invariant)
           .floats;
   Tensor partials;
   if (floats > 0)

@@ -307,7 +307,7 @@ TEST(CudaAttention, SparseAllowedLists) {
     std::printf("sparse 2048: worst rel_l2 %.2e\n", err);
   }
   {
-    // One decode query (batch 1): its list cut into 32 splits of 64 keys, heads in groups of 16
+    // One decode query (batch 1): its list cut into 32 splits of 64 keys, 64 heads a CTA
     // (ops::scratch::attention_splits); and two, whose cut differs again.
     for (const std::vector<int64_t>& ctx : {std::vector<int64_t>{4096}, {4096, 2100}}) {
       AttnCase c;
@@ -403,6 +403,72 @@ TEST(CudaAttention, WideCutListsWithEmptyTiles) {
   ASSERT_EQ(pairs_seen.size(), 9u);
   const double err = run_attention(c);
   std::printf("wide lists with empty tiles: worst rel_l2 %.2e\n", err);
+}
+
+// Batch invariance (AttentionArgs::batch_invariant): each query of a 320-query prompt step gives
+// the bits it gives alone, as a decode step computes it. The demo model's shape (8 heads over a
+// latent of 64 + 16, lists of 256) and GLM-5's (64 heads on warpgroup MMAs, lists of 2,048 in
+// splits). Without it the same rows differ (printed, not required).
+TEST(CudaAttention, BatchInvariantRowsAreTheOneQueryRows) {
+  MLS_REQUIRE_GPU();
+  struct Shape3 {
+    int64_t H, Dk, Dv, list, ctx;
+  };
+  for (const Shape3 sh : {Shape3{8, 80, 64, 256, 700}, Shape3{64, 576, 512, 2048, 3000}}) {
+    AttnCase c;
+    c.H = sh.H;
+    c.Dk = sh.Dk;
+    c.Dv = sh.Dv;
+    c.sparse_k = sh.list;
+    c.block_size = 64;
+    c.ctx = {sh.ctx};
+    for (int32_t i = 0; i < 320; ++i)
+      c.queries.push_back({0, static_cast<int32_t>(sh.ctx - 320 + i)});
+    c.seed = static_cast<uint32_t>(240 + sh.H);
+    const int64_t T = static_cast<int64_t>(c.queries.size());
+    const Cache cache(c.ctx, c.block_size, c.seed);
+    std::vector<int32_t> pos, seq;
+    for (const Query& q : c.queries) {
+      pos.push_back(q.pos);
+      seq.push_back(q.seq);
+    }
+    std::mt19937 g(c.seed + 4);
+    const Tensor lists = to_gpu(host_ints(make_allowed(c, g), T, c.sparse_k), kI32);
+    const Tensor q = to_gpu(bf16_values({T, c.H, c.Dk}, c.seed + 1, c.q_scale), kBF);
+    const Tensor k = to_gpu(bf16_values({cache.rows, 1, c.Dk}, c.seed + 2), kBF);
+    const Tensor v = k.narrow(2, 0, c.Dv);
+    const Tensor q_pos = to_gpu(ids(pos), kI32);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.Dk));
+    auto step = [&](int64_t t0, int64_t n, bool invariant) {
+      const std::vector<int32_t> s(seq.begin() + t0, seq.begin() + t0 + n);
+      const std::vector<int32_t> p(pos.begin() + t0, pos.begin() + t0 + n);
+      const Pages pages(cache, s, p);
+      const Tensor l = lists.narrow(0, t0, n);
+      const AttentionArgs args{
+          .scale = scale, .allowed = &l, .pages = pages.dev, .batch_invariant = invariant};
+      Tensor out = Tensor::empty({n, c.H, c.Dv}, kBF, MemTag::kActivation, gpu());
+      attention(q.narrow(0, t0, n), k, v, q_pos.narrow(0, t0, n), args, out);
+      return to_cpu(out);
+    };
+    const int64_t row = c.H * c.Dv;
+    auto same_row = [&](const Tensor& a, int64_t ra, const Tensor& b, int64_t rb) {
+      return std::memcmp(a.data<float>() + ra * row, b.data<float>() + rb * row,
+                         row * sizeof(float)) == 0;
+    };
+    const Tensor whole = step(0, T, true), whole_default = step(0, T, false);
+    int equal = 0, equal_by_default = 0;
+    const std::vector<int64_t> rows = {0, 2, 63, 64, 200, T - 1};
+    for (int64_t t : rows) {
+      const Tensor alone = step(t, 1, true);
+      const bool same = same_row(whole, t, alone, 0);
+      EXPECT_TRUE(same) << "H " << c.H << " query " << t;
+      equal += same;
+      equal_by_default += same_row(whole_default, t, alone, 0);
+    }
+    std::printf("H %ld, lists of %ld: rows alone = in a %ld-query step: %d of %zu (default: %d)\n",
+                static_cast<long>(c.H), static_cast<long>(c.sparse_k), static_cast<long>(T), equal,
+                rows.size(), equal_by_default);
+  }
 }
 
 TEST(CudaAttention, WideCutPartialHeadGroup) {

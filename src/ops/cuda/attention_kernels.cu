@@ -623,7 +623,7 @@ cudaError_t make_plan(const AttentionParams& p, Plan* plan) {
   // from the function the host allocated that scratch with (ops::scratch::attention_splits).
   const bool sparse = p.allowed != nullptr;
   const ops::scratch::AttentionSplits s = ops::scratch::attention_splits(
-      p.T, p.H, p.Hk, p.Dv, sparse ? p.allowed_k : p.key_bound, sparse);
+      p.T, p.H, p.Hk, p.Dv, sparse ? p.allowed_k : p.key_bound, sparse, p.batch_invariant);
   const int hm = static_cast<int>(s.head_group);
   plan->hm = hm;
   plan->groups = (p.H + hm - 1) / hm;

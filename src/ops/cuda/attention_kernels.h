@@ -31,6 +31,7 @@ struct AttentionParams {
   int64_t key_bound = 0;  // no query sees more keys than this (host-known)
   int T = 0, H = 0, Hk = 1, Dk = 0, Dv = 0;
   float scale = 1.0f;
+  bool batch_invariant = false;  // ops::AttentionArgs::batch_invariant
 };
 
 // out = attention; `scratch` holds ops::scratch::attention_splits(...).floats floats for this

@@ -48,7 +48,7 @@ Model::Model(io::ModelConfig config, ModelWeights weights, const ParallelContext
 
 Tensor Model::forward(const ForwardBatch& batch, KvCache& kv, const ForwardObserver& observer,
                       Tensor* hidden) const {
-  const ops::SkinnyBf16Linears skinny(config_.quant.fp8);  // see ops/linear.h
+  const ops::Bf16LinearsByStepSize by_size(config_.quant.fp8);  // see ops/linear.h
   Allocator& a = *alloc_;
   const auto act = MemTag::kActivation;
   const int64_t N = batch.num_tokens(), H = config_.hidden_size;
@@ -92,7 +92,7 @@ Tensor Model::forward(const ForwardBatch& batch, KvCache& kv, const ForwardObser
 
 Tensor Model::forward_mtp(const ForwardBatch& batch, const Tensor& prev_hidden, KvCache& kv,
                           Tensor& hidden, int64_t j) const {
-  const ops::SkinnyBf16Linears skinny(config_.quant.fp8);  // see ops/linear.h
+  const ops::Bf16LinearsByStepSize by_size(config_.quant.fp8);  // see ops/linear.h
   if (j < 0 || j >= num_mtp_layers())
     raise<InvalidArgument>("MTP layer {} requested; {} loaded", j, num_mtp_layers());
   if (par_.sequence_parallel && par_.tp_size > 1)

@@ -30,23 +30,23 @@ void take_linear_workspace();
 void pad_block_scale(const Tensor& scale, Tensor& padded);
 }  // namespace cuda
 
-// Whether bf16 linears of at most 8 tokens on small weights (the MoE router) may take the
-// weight-streaming kernel (ops/cuda/bf16_gemv_kernels.h). Its bits differ from cuBLASLt's
-// algorithm, which every other token count takes, so a token's result then depends on its step's
-// size. Off by default: bf16 models keep the GPU's batch, chunking and preemption invariance
-// (ops/cuda/cublaslt_gemm.cc). A block-FP8 model, whose FP8 GEMMs already choose by step size
+// Whether bf16 linears may choose their kernel by the step's token count: the weight-streaming
+// kernel for at most 8 tokens on small weights (the MoE router; ops/cuda/bf16_gemv_kernels.h),
+// and cuBLASLt's algorithm for the step's own row count (ops/cuda/cublaslt_gemm.cc) rather than
+// one for every count. A token's result then depends on its step's size. Off by default: bf16
+// models keep the GPU's batch, chunking and preemption invariance. A block-FP8 model, whose FP8 GEMMs already choose by step size
 // (only equal step sizes agree, as a graph bucket and its padded eager step do), turns it on for
 // its forward (model/model.cc). Per thread: each rank's thread runs its own model.
-inline thread_local bool skinny_bf16_linears_on = false;
+inline thread_local bool bf16_linears_by_step_size = false;
 
-class SkinnyBf16Linears {
+class Bf16LinearsByStepSize {
  public:
-  explicit SkinnyBf16Linears(bool on) : prev_(skinny_bf16_linears_on) {
-    skinny_bf16_linears_on = on;
+  explicit Bf16LinearsByStepSize(bool on) : prev_(bf16_linears_by_step_size) {
+    bf16_linears_by_step_size = on;
   }
-  ~SkinnyBf16Linears() { skinny_bf16_linears_on = prev_; }
-  SkinnyBf16Linears(const SkinnyBf16Linears&) = delete;
-  SkinnyBf16Linears& operator=(const SkinnyBf16Linears&) = delete;
+  ~Bf16LinearsByStepSize() { bf16_linears_by_step_size = prev_; }
+  Bf16LinearsByStepSize(const Bf16LinearsByStepSize&) = delete;
+  Bf16LinearsByStepSize& operator=(const Bf16LinearsByStepSize&) = delete;
 
  private:
   bool prev_;

@@ -1,5 +1,5 @@
 // The few-token bf16 GEMM (ops/cuda/bf16_gemv_kernels.h) through ops::linear, which routes
-// these shapes to it where allowed (ops::SkinnyBf16Linears, as an FP8 model's forward does),
+// these shapes to it where allowed (ops::Bf16LinearsByStepSize, as an FP8 model's forward does),
 // against the CPU op on the same bf16-rounded inputs, at the tolerances of linear_cuda_test.cc: a
 // bf16 output is the fp32 result rounded to bf16 (rel-L2 <= 4e-3); an f32 output differs only by
 // the fp32 summation order (rel-L2 <= 2e-5). And a token's output bitwise the same alone as in a
@@ -56,7 +56,7 @@ Tensor gpu_linear(const Tensor& x, const Tensor& w_dev, const Tensor& y0, DType 
 
 TEST(Bf16GemvCuda, MatchesTheCpuOp) {
   MLS_REQUIRE_GPU();
-  const SkinnyBf16Linears on(true);
+  const Bf16LinearsByStepSize on(true);
   uint32_t seed = 1;
   int cases = 0;
   for (int64_t K : {8, 6144})
@@ -86,7 +86,7 @@ TEST(Bf16GemvCuda, MatchesTheCpuOp) {
 
 TEST(Bf16GemvCuda, ATokensOutputIsTheSameAloneAndInABatch) {
   MLS_REQUIRE_GPU();
-  const SkinnyBf16Linears on(true);
+  const Bf16LinearsByStepSize on(true);
   const int64_t T = kernels::kBf16GemvMaxTokens, N = 256, K = 6144;  // the router's shape
   const Tensor w_dev = to_gpu(round_bf16(random({N, K}, 3, 0.05f)));
   const Tensor x = round_bf16(random({T, K}, 4));
@@ -170,7 +170,7 @@ TEST(Bf16GemvCuda, BatchedMatchesTheCpuOpAndATokenIsTheSameAlone) {
             0)
             << "token " << t;
         // ops::linear_batched routes one token to the kernel where skinny linears are on.
-        const SkinnyBf16Linears on(true);
+        const Bf16LinearsByStepSize on(true);
         Tensor routed = to_gpu(random({1, sh.B, sh.N}, 80), y_dtype);
         ops::linear_batched(to_gpu(xt), w_dev, routed);
         const Tensor r = to_cpu(routed);

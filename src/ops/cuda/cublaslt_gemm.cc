@@ -33,7 +33,10 @@ constexpr int kCandidates = 8;
 // problem at this many rows, split-K excluded, whatever its own row count. One kernel and tile
 // shape for every M, each output row reduced over K in the same order, so a token's result
 // never depends on how many tokens share the step (the engine's batch, chunking and preemption
-// invariance on the GPU rests on it).
+// invariance on the GPU rests on it). A non-invariant plain GEMM (LtLinear::invariant false: a
+// block-FP8 model's, whose FP8 GEMMs choose by step size anyway) takes the heuristic's algorithm
+// for its own row count, split-K still excluded: at 8,192 rows the fused q_a / kv_a / indexer
+// projection's 64-row tile cost 0.8 ms a layer (H200, 2026-12-04: prefill 85 -> 83 ms).
 constexpr int64_t kInvariantRows = 64;
 
 void check_lt(cublasStatus_t s, const char* what) {
@@ -63,7 +66,7 @@ int64_t type_bytes(cudaDataType_t t) {
   }
 }
 
-using Key = std::array<int64_t, 17>;
+using Key = std::array<int64_t, 18>;
 
 struct KeyHash {
   size_t operator()(const Key& k) const {
@@ -90,7 +93,8 @@ Key make_key(const LtLinear& p) {
           p.block_scaled ? 1 : 0,
           alignment(p.x, p.batch_stride_x * type_bytes(p.ab_type), p.batch),
           alignment(p.w, p.batch_stride_w * type_bytes(p.ab_type), p.batch),
-          alignment(p.y, p.batch_stride_y * type_bytes(p.y_type), p.batch)};
+          alignment(p.y, p.batch_stride_y * type_bytes(p.y_type), p.batch),
+          p.invariant ? 1 : 0};
 }
 
 struct Plan {
@@ -173,8 +177,10 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 }
 
 // Keeps the first candidate, made to reduce over K in one pass (split-K forced to 1, no separate
-// reduction), that runs on this problem's real layouts; none left means unsupported.
-void keep_invariant(State& st, Plan& plan) {
+// reduction), that runs on this problem's real layouts; none left means unsupported. One
+// candidate, never timed: every runner of the problem runs the same algorithm (a graph replay
+// and its eager step agree bitwise).
+void keep_one_pass(State& st, Plan& plan) {
   for (const cublasLtMatmulHeuristicResult_t& r : plan.candidates) {
     cublasLtMatmulAlgo_t algo = r.algo;
     const int32_t one = 1;
@@ -191,7 +197,7 @@ void keep_invariant(State& st, Plan& plan) {
       continue;
     checked.algo = algo;
     plan.candidates = {checked};
-    plan.tuned = true;  // the choice must not depend on timings of this M
+    plan.tuned = true;  // the choice must not depend on timings
     return;
   }
   plan.candidates.clear();
@@ -228,9 +234,10 @@ std::unique_ptr<Plan> make_plan(State& st, const LtLinear& p, const Key& key) {
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(key[14]));
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(key[16]));
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key[16]));
-  // Plain GEMMs ask the heuristic about the problem at kInvariantRows rows (see there).
+  // Invariant plain GEMMs ask the heuristic about the problem at kInvariantRows rows (see there).
+  const bool invariant = !p.block_scaled && p.invariant;
   cublasLtMatrixLayout_t b = plan->b, c = plan->c;
-  if (!p.block_scaled) {
+  if (invariant) {
     b = make_layout(p.ab_type, p.k, kInvariantRows, p.ldx, p.batch, p.batch_stride_x);
     c = make_layout(p.y_type, p.n, kInvariantRows, p.ldy, p.batch, p.batch_stride_y);
   }
@@ -244,7 +251,7 @@ std::unique_ptr<Plan> make_plan(State& st, const LtLinear& p, const Key& key) {
   // NOT_SUPPORTED (no algorithm for this combination) is an answer, not an error.
   if (s != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(s, "heuristic");
   plan->candidates.resize(s == CUBLAS_STATUS_SUCCESS ? found : 0);
-  if (!p.block_scaled) keep_invariant(st, *plan);
+  if (!p.block_scaled) keep_one_pass(st, *plan);
   return plan;
 }
 

@@ -32,6 +32,9 @@ struct LtLinear {
   bool block_scaled = false;
   const float* x_scale = nullptr;
   const float* w_scale = nullptr;
+  // Plain GEMMs: one algorithm for every m (batch invariance, cublaslt_gemm.cc); false: the
+  // heuristic's for m itself, for models whose GEMMs choose by step size anyway.
+  bool invariant = true;
 };
 
 // Creates this thread's cuBLASLt handle and workspace now (a rank does at start-up, so that no

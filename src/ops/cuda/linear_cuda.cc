@@ -164,7 +164,7 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, const 
     Tensor* ys[] = {&y};
     return linear_fp8(x, ws, ys, 1, accumulate, xq);
   }
-  // Few tokens on a small weight, where the model allows it (ops::skinny_bf16_linears_on): the
+  // Few tokens on a small weight, where the model allows it (ops::bf16_linears_by_step_size): the
   // streaming kernel (bf16_gemv_kernels.h says where it wins).
   const kernels::Bf16GemvArgs g{.x = x.raw(),
                                 .ldx = x.stride(0),
@@ -176,7 +176,7 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, const 
                                 .N = N,
                                 .K = static_cast<int>(K),
                                 .T = static_cast<int>(T)};
-  if (skinny_bf16_linears_on && T <= kernels::kBf16GemvMaxTokens && K <= INT32_MAX &&
+  if (bf16_linears_by_step_size && T <= kernels::kBf16GemvMaxTokens && K <= INT32_MAX &&
       kernels::bf16_gemv_applies(g))
     return mls::cuda::check(kernels::launch_bf16_gemv(g, mls::cuda::stream()), "linear: bf16 GEMV");
   lt_linear({.m = T,
@@ -190,7 +190,8 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate, const 
              .ldy = lead(y, T, N),
              .ab_type = CUDA_R_16BF,
              .y_type = out_type(y.dtype()),
-             .accumulate = accumulate});
+             .accumulate = accumulate,
+             .invariant = !bf16_linears_by_step_size});
 }
 
 void linear_pair(const Tensor& x, const Tensor& w1, Tensor& y1, const Tensor& w2, Tensor& y2,
@@ -217,7 +218,7 @@ void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
     }
     return;
   }
-  // One token, where the model allows it (ops::skinny_bf16_linears_on): the streaming kernel
+  // One token, where the model allows it (ops::bf16_linears_by_step_size): the streaming kernel
   // (bf16_gemv_kernels.h says where it wins).
   const kernels::Bf16GemvBatchedArgs g{.x = x.raw(),
                                        .x_st = x.stride(0),
@@ -233,7 +234,7 @@ void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
                                        .N = static_cast<int>(N),
                                        .K = static_cast<int>(K),
                                        .T = static_cast<int>(T)};
-  if (skinny_bf16_linears_on && T <= kernels::kBf16GemvBatchedRouteTokens && B <= 65535 &&
+  if (bf16_linears_by_step_size && T <= kernels::kBf16GemvBatchedRouteTokens && B <= 65535 &&
       N <= INT32_MAX && K <= INT32_MAX && kernels::bf16_gemv_batched_applies(g))
     return mls::cuda::check(kernels::launch_bf16_gemv_batched(g, mls::cuda::stream()),
                             "linear_batched: bf16 GEMV");
@@ -251,7 +252,8 @@ void linear_batched(const Tensor& x, const Tensor& w, Tensor& y) {
              .ldy = lead(y, T, N),
              .batch_stride_y = y.stride(1),
              .ab_type = CUDA_R_16BF,
-             .y_type = out_type(y.dtype())});
+             .y_type = out_type(y.dtype()),
+             .invariant = !bf16_linears_by_step_size});
 }
 
 }  // namespace mls::ops::cuda

@@ -18,10 +18,19 @@ cudaMemPool_t pool_of(int device) {
 
 // The stream this thread allocates on: its bound stream when it is on this device, else the
 // legacy stream of the device (made current, as cudaMalloc would need).
+cudaError_t stream_for(int device, cudaStream_t* s) {
+  *s = nullptr;
+  if (cuda::bound_device() == device) {
+    *s = cuda::stream();
+    return cudaSuccess;
+  }
+  return cudaSetDevice(device);
+}
+
 cudaStream_t stream_for(int device) {
-  if (cuda::bound_device() == device) return cuda::stream();
-  cuda::check(cudaSetDevice(device), "cudaSetDevice");
-  return nullptr;
+  cudaStream_t s = nullptr;
+  cuda::check(stream_for(device, &s), "cudaSetDevice");
+  return s;
 }
 
 }  // namespace
@@ -55,8 +64,16 @@ void* CudaAllocator::raw_allocate(size_t bytes) {
   return p;
 }
 
+// Never throws: owners destroyed at process exit (function-static runners) free after the CUDA
+// runtime has begun unloading, when the device cannot be made current and the driver reclaims
+// the memory anyway.
 void CudaAllocator::raw_deallocate(void* p) {
-  cudaFreeAsync(p, stream_for(device_));
+  cudaStream_t s = nullptr;
+  if (stream_for(device_, &s) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  cudaFreeAsync(p, s);
 }
 
 int64_t CudaAllocator::reserved_bytes() const {

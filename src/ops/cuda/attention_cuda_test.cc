@@ -118,6 +118,19 @@ struct Query {
   int32_t seq, pos;
 };
 
+// The queries' positions and sequences, as q_pos and the paging take them.
+struct QueryColumns {
+  std::vector<int32_t> pos, seq;
+};
+QueryColumns columns(const std::vector<Query>& queries) {
+  QueryColumns c;
+  for (const Query& q : queries) {
+    c.pos.push_back(q.pos);
+    c.seq.push_back(q.seq);
+  }
+  return c;
+}
+
 struct AttnCase {
   int64_t H = 64, Dk = 576, Dv = 512;
   bool expanded = false;  // k [rows, H, Dk], v [rows, H, Dv]
@@ -156,11 +169,7 @@ std::vector<int32_t> make_allowed(const AttnCase& c, std::mt19937& g) {
 double run_attention(const AttnCase& c) {
   const int64_t T = static_cast<int64_t>(c.queries.size());
   const Cache cache(c.ctx, c.block_size, c.seed);
-  std::vector<int32_t> pos, seq;
-  for (const Query& q : c.queries) {
-    pos.push_back(q.pos);
-    seq.push_back(q.seq);
-  }
+  const auto [pos, seq] = columns(c.queries);
   const Pages pages(cache, seq, pos);
   const int64_t Hk = c.expanded ? c.H : 1;
   const int64_t q_cols = c.strided_q ? c.Dk + 64 : c.Dk;
@@ -427,11 +436,7 @@ TEST(CudaAttention, BatchInvariantRowsAreTheOneQueryRows) {
     c.seed = static_cast<uint32_t>(240 + sh.H);
     const int64_t T = static_cast<int64_t>(c.queries.size());
     const Cache cache(c.ctx, c.block_size, c.seed);
-    std::vector<int32_t> pos, seq;
-    for (const Query& q : c.queries) {
-      pos.push_back(q.pos);
-      seq.push_back(q.seq);
-    }
+    const auto [pos, seq] = columns(c.queries);
     std::mt19937 g(c.seed + 4);
     const Tensor lists = to_gpu(host_ints(make_allowed(c, g), T, c.sparse_k), kI32);
     const Tensor q = to_gpu(bf16_values({T, c.H, c.Dk}, c.seed + 1, c.q_scale), kBF);

@@ -28,13 +28,13 @@ constexpr int64_t round_up(int64_t v, int64_t m) {
 // (16) and boundaries down to kAttentionMinKeysPerSplit. A DSA list of over 32 heads keeps its
 // 64-head CTAs instead (at the DeepSeek/GLM latent shape, the warpgroup-MMA kernel) and takes
 // boundaries down to kAttentionMinKeysPerSplit aiming at only kAttentionWideTargetCtas, as each
-// such split writes 64 partial rows: GLM-5's 2,048 keys at batch 1 / 8 took 14.7 / 54.0 µs cut
-// 16 heads wide and take 12.2 / 22.9 µs so (H200, bench/attention_benchmark). The cut depends on
-// the step's query count, as the GEMMs' kernels do, never on the queries' contents: rows of steps
-// of the same size (a graph bucket and its eager step) compute alike. A dense list keeps fixed
-// boundaries and chooses its head group from the query count alone, since a graph step bounds its
-// keys by max_model_len and an eager step by its longest row; a DSA list is index_topk wide in
-// both.
+// such split writes 64 partial rows: GLM-5's 2,048 keys at batch 1 / 8 / 64 took 14.7 / 54.0 /
+// 94.3 µs cut for 256 CTAs (16 heads wide below 64 queries) and take 12.2 / 22.9 / 84.3 µs so
+// (H200, bench/attention_benchmark). The cut depends on the step's query count, as the GEMMs'
+// kernels do, never on the queries' contents: rows of steps of the same size (a graph bucket and
+// its eager step) compute alike. A dense list keeps fixed boundaries and chooses its head group
+// from the query count alone, since a graph step bounds its keys by max_model_len and an eager
+// step by its longest row; a DSA list is index_topk wide in both.
 //
 // Batch invariance (`invariant`, --batch-invariant): one cut for every step, so a query's splits
 // and head group, hence its bits, depend on nothing else in its step (a prefix-cached prompt row
@@ -91,12 +91,13 @@ constexpr AttentionSplits attention_splits(int64_t T, int64_t H, int64_t key_hea
       s.keys_per_split = kAttentionInvariantKeysPerSplit;
       s.splits = ceil_div(n, s.keys_per_split);
     }
+  } else if (sparse && s.head_group == 64) {
+    if (T * per_query() < kAttentionWideTargetCtas)
+      split_closer(kAttentionMinKeysPerSplit, kAttentionWideTargetCtas);
   } else {
     if (sparse && T * per_query() < kAttentionTargetCtas)
       split_closer(kAttentionSplitStep, kAttentionTargetCtas);
-    if (sparse && s.head_group == 64 && T * per_query() < kAttentionTargetCtas) {
-      split_closer(kAttentionMinKeysPerSplit, kAttentionWideTargetCtas);
-    } else if (T * per_query() < kAttentionTargetCtas) {
+    if (T * per_query() < kAttentionTargetCtas) {
       s.head_group = 16;
       if (sparse) split_closer(kAttentionMinKeysPerSplit, kAttentionTargetCtas);
     }

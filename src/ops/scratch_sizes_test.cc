@@ -26,11 +26,10 @@ TEST(AttentionSplits, SmallDsaStepsFillTheGpu) {
   const AttentionSplits narrow = attention_splits(1, 16, 1, 512, 2048, true, false);
   EXPECT_EQ(narrow.head_group, 16);
   EXPECT_EQ(narrow.keys_per_split, kAttentionMinKeysPerSplit);
-  // Closer boundaries come before narrower head groups.
   const AttentionSplits b64 = attention_splits(64, 64, 1, 512, 2048, true, false);
   EXPECT_EQ(b64.head_group, 64);
-  EXPECT_EQ(b64.splits, 4);
-  EXPECT_EQ(ctas(b64, 64, 64), kAttentionTargetCtas);
+  EXPECT_EQ(b64.splits, 2);
+  EXPECT_EQ(ctas(b64, 64, 64), kAttentionWideTargetCtas);
   // A large step is cut as before: one CTA per query, no partials.
   const AttentionSplits b256 = attention_splits(256, 64, 1, 512, 2048, true, false);
   EXPECT_EQ(b256.splits, 1);

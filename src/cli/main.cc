@@ -9,6 +9,7 @@
 #include "cli/serve_command.h"
 #include "cli/text_commands.h"
 #include "core/error.h"
+#include "core/logging.h"
 #include "parallel/world.h"
 #include "server/http_server.h"
 
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
       ->envname("MLASERVE_DISTRIBUTED_TIMEOUT_SECONDS");
   app.parse_complete_callback([&] {
     mls::World::get().set_timeout(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3)));
+    // Every other command's stdout is its output (JSON, ids); under mpirun every process
+    // already logs to stderr, tagged (World::init).
+    if (!app.got_subcommand("serve") && !mls::World::get().multi_process()) mls::log_to_stderr();
   });
   mls::cli::add_model_commands(app);
   mls::cli::add_text_commands(app);

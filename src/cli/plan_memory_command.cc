@@ -18,6 +18,9 @@ struct PlanFlags {
   int tp = 1;
   int ranks_per_device = 1;
   bool sequence_parallel = false;
+  // As serve's: CUDA graphs and the attention cut change what a step holds.
+  bool enforce_eager = RunnerOptions{}.enforce_eager;
+  bool batch_invariant = RunnerOptions{}.batch_invariant;
   ServingLimits limits;
   int64_t device_memory_bytes = 0;
   double utilization = 0.9;
@@ -33,7 +36,9 @@ void run(const PlanFlags& f) {
                       .sequence_parallel = f.sequence_parallel,
                       .device = parse_device(f.device),
                       .ranks_per_device = f.ranks_per_device,
-                      .meta = mode == ProfileMode::kMeta});
+                      .meta = mode == ProfileMode::kMeta,
+                      .enforce_eager = f.enforce_eager,
+                      .batch_invariant = f.batch_invariant});
   if (!runner.leader()) return runner.follow();
   // A GPU planned in meta mode needs no GPU here, only its size.
   if (f.device_memory_bytes == 0 && !runner.device().is_cpu() && mode == ProfileMode::kMeta)
@@ -89,6 +94,10 @@ void add_plan_memory_command(CLI::App& app) {
   cmd->add_option("--kv-cache-memory-bytes", f->kv_cache_memory_bytes,
                   "KV cache bytes per rank, overriding the computed budget (suffixes accepted)")
       ->transform(CLI::AsSizeValue(false));
+  cmd->add_flag("--enforce-eager,!--no-enforce-eager", f->enforce_eager,
+                "Plan no CUDA graphs for decode (as serve --enforce-eager)");
+  cmd->add_flag("--batch-invariant,!--no-batch-invariant", f->batch_invariant,
+                "Plan the batch-invariant attention cut (as serve --batch-invariant)");
   cmd->add_flag("--json", f->json, "One JSON object");
   cmd->callback([f] { run(*f); });
 }

@@ -45,6 +45,12 @@ void log_to_stderr_tagged(const std::string& tag) {
   spdlog::set_default_logger(logger);
 }
 
+void log_to_stderr() {
+  const auto logger = spdlog::default_logger();
+  logger->sinks() = {std::make_shared<spdlog::sinks::stderr_sink_mt>()};
+  logger->set_pattern("%+");
+}
+
 void flush_log() {
   spdlog::default_logger()->flush();
 }

@@ -18,6 +18,9 @@ void log(LogLevel level, std::string_view message);
 void set_log_level(const std::string& level);
 // Writes every later message to stderr, each tagged with `tag` (one process of several).
 void log_to_stderr_tagged(const std::string& tag);
+// Writes every later message to stderr, for commands whose stdout is their output (serve logs
+// to stdout, as vLLM does).
+void log_to_stderr();
 void flush_log();
 
 }  // namespace mls

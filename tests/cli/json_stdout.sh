@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A command's --json output is stdout alone (logs go to stderr), and plan-memory plans what serve
+# would run: --batch-invariant's attention cut (the demo model's decode steps then keep no split
+# partials) and its refusal of block-FP8 checkpoints on a GPU. The GPU kind is planned in meta
+# mode, so no GPU is needed.
+#   json_stdout.sh MLASERVE_BIN SOURCE_DIR
+set -uo pipefail
+bin="$1" src="$2"
+failures=0
+fail() {
+  echo "FAIL $*"
+  failures=$((failures + 1))
+}
+
+plan=(plan-memory --model "$src/models/demo-glm5" --device cuda:0 --profile-mode meta
+  --device-memory-bytes 80GiB --max-num-seqs 64 --json)
+decode_bytes() {  # the plan's rank-0 decode workspace, from stdout alone
+  "$bin" "${plan[@]}" "$@" 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["ranks"][0]["decode_workspace_bytes"])'
+}
+default=$(decode_bytes) || fail "plan-memory --json: stdout is not one JSON object"
+invariant=$(decode_bytes --batch-invariant) || fail "plan-memory --batch-invariant --json"
+echo "decode workspace: default ${default:-?} B, batch-invariant ${invariant:-?} B"
+if [[ -n ${default:-} && -n ${invariant:-} ]] && ((invariant >= default)); then
+  fail "the batch-invariant plan keeps the split partials ($invariant >= $default bytes)"
+fi
+
+err=$("$bin" plan-memory --model "$src/tests/data/tiny-glm5-fp8" --device cuda:0 --profile-mode meta \
+  --device-memory-bytes 80GiB --batch-invariant 2>&1 >/dev/null)
+rc=$?
+if [[ $rc != 1 || ! $err =~ "block-FP8" ]]; then
+  fail "block-FP8 with --batch-invariant on the GPU: exit $rc (want 1), stderr: ${err:0:300}"
+else
+  echo "ok   block-FP8 refused: $err"
+fi
+
+[[ $failures == 0 ]] || { echo "$failures failure(s)"; exit 1; }
+echo "ok"

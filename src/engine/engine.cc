@@ -718,6 +718,9 @@ void Engine::fork(Sequence& parent, std::span<const int32_t> first_tokens) {
 }
 
 void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp, bool defer) {
+  // The sequence's pending tokens go out first, and the owner's verdict on one may end it. A
+  // deferring step delivered them all while its forward ran.
+  if (!defer) report_pending(&seq);
   if (seq.finished()) return;
   RequestState& rs = *seq.request;
   const Clock::time_point now = Clock::now();
@@ -763,7 +766,6 @@ void Engine::emit(Sequence& seq, int32_t token, const Logprobs* lp, bool defer) 
     pending_.push_back({&seq, ev});
     return;
   }
-  report_pending(&seq);
   report(seq, ev);
 }
 
@@ -804,7 +806,9 @@ bool Engine::advance_constraint(Sequence& seq, int32_t token) {
 }
 
 void Engine::finish(Sequence& seq, FinishReason reason, bool notify, const std::string* error) {
+  // The sequence's pending tokens go out first; the owner's verdict on one may end it there.
   report_pending(&seq);
+  if (seq.finished()) return;
   RequestState& rs = *seq.request;
   seq.finish = reason;
   finished_.push_back(&seq);

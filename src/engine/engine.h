@@ -143,10 +143,10 @@ class Engine {
   void draft(const std::vector<ScheduledChunk>& chunks);
   void fork(Sequence& parent, std::span<const int32_t> first_tokens);
   // Appends the token to the sequence, decides whether it ends it and reports it. With `defer`
-  // (a step drawn on the device), a token that ends nothing is reported while the next step's
-  // forward runs (report_pending); every other report first delivers the same sequence's pending
-  // ones. A sequence already finished (a kStop verdict on its pending token, delivered while
-  // this step's forward ran) takes no more tokens.
+  // (a step drawn on the device, which delivered every pending report while its forward ran), a
+  // token that ends nothing is reported while the next step's forward runs (report_pending);
+  // without, the sequence's pending reports go out first. A sequence already finished (a kStop
+  // verdict on a pending token) takes no more tokens; so does finish().
   void emit(Sequence& seq, int32_t token, const Logprobs* lp, bool defer = false);
   // Delivers the pending token reports, in order: all of them, or only `seq`'s.
   void report_pending(const Sequence* seq = nullptr);

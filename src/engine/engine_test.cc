@@ -578,6 +578,40 @@ TEST(Engine, TokensThatEndNothingAreReportedWhileTheNextStepRuns) {
   EXPECT_GE(st.output_seconds, 0.0);
 }
 
+// An abort that finds a token still pending delivers it first, and the owner's verdict on it
+// (kStop, as for a closed connection) ends the sequence once: one finish event, its blocks freed
+// once, and the engine serves the next request.
+TEST(Engine, AnAbortDeliversThePendingTokenAndFinishesOnce) {
+  ModelRunner& r = runner("tiny-dsv3");
+  std::mt19937 rng(13);
+  const auto prompt = random_prompt(rng, 20);
+  r.allocate_kv_cache(32, 16);
+  Engine engine(r, {});
+  std::vector<int32_t> got;
+  std::vector<FinishReason> finishes;
+  engine.add_request({.id = "a",
+                      .prompt_ids = prompt,
+                      .params = greedy(8),
+                      .on_token =
+                          [&](const TokenEvent& ev) {
+                            if (ev.token_id >= 0) got.push_back(ev.token_id);
+                            if (ev.finish != FinishReason::kNone) finishes.push_back(ev.finish);
+                            return Verdict::kStop;
+                          },
+                      .constraint = nullptr});
+  ASSERT_TRUE(engine.step());
+  ASSERT_TRUE(got.empty()) << "the first token is reported beside the next forward";
+  engine.abort_request("a");
+  engine.step();
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(finishes, std::vector<FinishReason>{FinishReason::kStop});
+  EXPECT_EQ(engine.stats().finished_requests, 1);
+  EXPECT_DOUBLE_EQ(engine.block_manager().usage(), 0.0);
+  const auto ref = run(r, {{prompt, greedy(3)}})[0];
+  EXPECT_EQ(ref.finish[0], FinishReason::kLength);
+  EXPECT_EQ(ref.tokens[0].size(), 3u);
+}
+
 TEST(Engine, RejectsRequestsPastMaxModelLen) {
   ModelRunner& r = runner("tiny-dsv3");
   r.allocate_kv_cache(32, 16);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/roofline.h"
+#include "cli/serve_flags.h"
 #include "core/error.h"
 #include "engine/memory_planner.h"
 #include "engine/model_runner.h"
@@ -386,7 +387,7 @@ json run_one(Context& cx, int64_t batch, double load_s) {
            {"kv_cache_blocks", batch * per_seq},
            {"synthetic_context", f.synthetic_context},
            {"enforce_eager", f.enforce_eager},
-           {"batch_invariant", f.batch_invariant},
+           {"batch_invariant", cx.runner.batch_invariant()},
            {"cuda_graph_buckets", cx.runner.captured_buckets()},
            {"warmup", f.warmup},
            {"iters", f.iters},
@@ -551,7 +552,7 @@ void run(const BenchFlags& f) {
                       .sequence_parallel = f.sequence_parallel,
                       .device = device,
                       .enforce_eager = f.enforce_eager,
-                      .batch_invariant = f.batch_invariant});
+                      .batch_invariant = batch_invariant(f.batch_invariant)});
   const double load_s = seconds(Clock::now() - t0);
   if (!runner.leader()) return runner.follow();
   const io::ModelConfig& c = runner.config();

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/serve_flags.h"
 #include "core/error.h"
 #include "engine/memory_planner.h"
 
@@ -38,7 +39,7 @@ void run(const PlanFlags& f) {
                       .ranks_per_device = f.ranks_per_device,
                       .meta = mode == ProfileMode::kMeta,
                       .enforce_eager = f.enforce_eager,
-                      .batch_invariant = f.batch_invariant});
+                      .batch_invariant = batch_invariant(f.batch_invariant)});
   if (!runner.leader()) return runner.follow();
   // A GPU planned in meta mode needs no GPU here, only its size.
   if (f.device_memory_bytes == 0 && !runner.device().is_cpu() && mode == ProfileMode::kMeta)

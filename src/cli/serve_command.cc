@@ -231,8 +231,7 @@ std::unique_ptr<ModelRunner> load_model(const ServeFlags& f, const Checked& c) {
       .ranks_per_device = f.ranks_per_device,
       .meta = false,
       .enforce_eager = f.enforce_eager,
-      .batch_invariant =
-          f.batch_invariant || env_batch_invariant(std::getenv("VLLM_BATCH_INVARIANT")),
+      .batch_invariant = batch_invariant(f.batch_invariant),
       .load_progress = [&progress](int rank, int64_t done,
                                    int64_t total) { progress.update(rank, done, total); },
       .mtp = f.speculative.has_value()});

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <map>
 
@@ -691,6 +692,10 @@ bool env_batch_invariant(const char* value) {
   if (v.empty() || ec != std::errc() || end != v.data() + v.size())
     raise<InvalidArgument>("VLLM_BATCH_INVARIANT={}: expected an integer (0 off, 1 on)", v);
   return n != 0;
+}
+
+bool batch_invariant(bool flag) {
+  return flag || env_batch_invariant(std::getenv("VLLM_BATCH_INVARIANT"));
 }
 
 std::optional<int64_t> parse_human_int(std::string_view s) {

@@ -131,6 +131,9 @@ std::optional<int64_t> parse_human_int(std::string_view s);
 // VLLM_BATCH_INVARIANT's value (null: unset) read as vLLM reads it, an integer that turns batch
 // invariance on when nonzero; InvalidArgument for anything else.
 bool env_batch_invariant(const char* value);
+// Batch invariance for a command that builds a runner (serve, plan-memory, bench): its
+// --batch-invariant, or this process's VLLM_BATCH_INVARIANT.
+bool batch_invariant(bool flag);
 
 std::string serve_help();      // `serve --help`
 std::string flags_markdown();  // docs/flags.md

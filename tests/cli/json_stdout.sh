@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A command's --json output is stdout alone (logs go to stderr), and plan-memory plans what serve
-# would run: --batch-invariant's attention cut (the demo model's decode steps then keep no split
-# partials) and its refusal of block-FP8 checkpoints on a GPU. The GPU kind is planned in meta
+# would run: --batch-invariant's attention cut, or VLLM_BATCH_INVARIANT=1's (the demo model's
+# decode steps then keep no split partials), and its refusal of block-FP8 checkpoints on a GPU. The GPU kind is planned in meta
 # mode, so no GPU is needed.
 #   json_stdout.sh MLASERVE_BIN SOURCE_DIR
 set -uo pipefail
@@ -20,7 +20,9 @@ decode_bytes() {  # the plan's rank-0 decode workspace, from stdout alone
 }
 default=$(decode_bytes) || fail "plan-memory --json: stdout is not one JSON object"
 invariant=$(decode_bytes --batch-invariant) || fail "plan-memory --batch-invariant --json"
-echo "decode workspace: default ${default:-?} B, batch-invariant ${invariant:-?} B"
+from_env=$(VLLM_BATCH_INVARIANT=1 decode_bytes) || fail "VLLM_BATCH_INVARIANT=1 plan-memory --json"
+echo "decode workspace: default ${default:-?} B, batch-invariant ${invariant:-?} B (env ${from_env:-?} B)"
+[[ ${from_env:-} == "${invariant:-x}" ]] || fail "VLLM_BATCH_INVARIANT=1 planned otherwise than the flag"
 if [[ -n ${default:-} && -n ${invariant:-} ]] && ((invariant >= default)); then
   fail "the batch-invariant plan keeps the split partials ($invariant >= $default bytes)"
 fi

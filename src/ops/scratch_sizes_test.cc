@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace mls::ops::scratch {
@@ -11,30 +12,25 @@ int64_t ctas(const AttentionSplits& s, int64_t T, int64_t H) {
   return T * s.splits * ((H + s.head_group - 1) / s.head_group);
 }
 
-// GLM-5's decode: 64 heads of Dv 512 over 2,048 chosen keys, in 64-head CTAs; 16 heads
-// (DeepSeek-V3.2 at tensor-parallel 8) in 16-head CTAs.
+// GLM-5's decode, 64 heads of Dv 512 over 2,048 chosen keys: 64-head CTAs split for at most
+// kAttentionWideTargetCtas, and a large step in one CTA a query without partials. 16 heads
+// (DeepSeek-V3.2 at tensor-parallel 8): 16-head CTAs split for kAttentionTargetCtas.
 TEST(AttentionSplits, SmallDsaStepsFillTheGpu) {
-  const AttentionSplits one = attention_splits(1, 64, 1, 512, 2048, true, false);
-  EXPECT_EQ(one.head_group, 64);
-  EXPECT_EQ(one.keys_per_split, kAttentionMinKeysPerSplit);
-  EXPECT_EQ(one.splits, 32);
-  EXPECT_EQ(one.floats, 32 * 64 * (512 + 2));
-  const AttentionSplits eight = attention_splits(8, 64, 1, 512, 2048, true, false);
-  EXPECT_EQ(eight.head_group, 64);
-  EXPECT_EQ(eight.keys_per_split, 128);
-  EXPECT_EQ(ctas(eight, 8, 64), kAttentionWideTargetCtas);
-  const AttentionSplits narrow = attention_splits(1, 16, 1, 512, 2048, true, false);
-  EXPECT_EQ(narrow.head_group, 16);
-  EXPECT_EQ(narrow.keys_per_split, kAttentionMinKeysPerSplit);
-  const AttentionSplits b64 = attention_splits(64, 64, 1, 512, 2048, true, false);
-  EXPECT_EQ(b64.head_group, 64);
-  EXPECT_EQ(b64.splits, 2);
-  EXPECT_EQ(ctas(b64, 64, 64), kAttentionWideTargetCtas);
-  // A large step is cut as before: one CTA per query, no partials.
-  const AttentionSplits b256 = attention_splits(256, 64, 1, 512, 2048, true, false);
-  EXPECT_EQ(b256.splits, 1);
-  EXPECT_EQ(b256.head_group, 64);
-  EXPECT_EQ(b256.floats, 0);
+  struct Want {
+    int64_t T, H, head_group, keys_per_split, splits;
+  };
+  for (const Want& w : {Want{1, 64, 64, kAttentionMinKeysPerSplit, 32}, Want{8, 64, 64, 128, 16},
+                        Want{64, 64, 64, 1024, 2}, Want{256, 64, 64, 2048, 1},
+                        Want{1, 16, 16, kAttentionMinKeysPerSplit, 32}}) {
+    SCOPED_TRACE(testing::Message() << "T " << w.T << " H " << w.H);
+    const AttentionSplits s = attention_splits(w.T, w.H, 1, 512, 2048, true, false);
+    EXPECT_EQ(s.head_group, w.head_group);
+    EXPECT_EQ(s.keys_per_split, w.keys_per_split);
+    EXPECT_EQ(s.splits, w.splits);
+    EXPECT_EQ(s.floats, w.splits > 1 ? w.splits * w.H * (512 + 2) * w.T : 0);
+    EXPECT_LE(ctas(s, w.T, w.H),
+              w.head_group == 64 ? std::max(kAttentionWideTargetCtas, w.T) : kAttentionTargetCtas);
+  }
 }
 
 TEST(AttentionSplits, EveryCutCoversTheListInWholeTiles) {

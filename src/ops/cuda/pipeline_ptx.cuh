@@ -18,8 +18,9 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, int arrivals) {
 }
 
 // One arrival, releasing this thread's earlier shared-memory accesses to the phase's waiters.
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+// `bar` is the barrier's shared-window address (smem_addr), which a loop converts once.
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 // One arrival once every cp.async this thread issued so far has landed (it counts as one of the
@@ -30,12 +31,12 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
 }
 
 // Blocks until the phase of parity `parity` has completed (try_wait suspends the thread in
-// hardware between polls).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+// hardware between polls). `bar` as for mbar_arrive.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\nWAIT:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
 }

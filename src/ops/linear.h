@@ -34,9 +34,10 @@ void pad_block_scale(const Tensor& scale, Tensor& padded);
 // kernel for at most 8 tokens on small weights (the MoE router; ops/cuda/bf16_gemv_kernels.h),
 // and cuBLASLt's algorithm for the step's own row count (ops/cuda/cublaslt_gemm.cc) rather than
 // one for every count. A token's result then depends on its step's size. Off by default: bf16
-// models keep the GPU's batch, chunking and preemption invariance. A block-FP8 model, whose FP8 GEMMs already choose by step size
-// (only equal step sizes agree, as a graph bucket and its padded eager step do), turns it on for
-// its forward (model/model.cc). Per thread: each rank's thread runs its own model.
+// models keep the GPU's batch, chunking and preemption invariance. A block-FP8 model, whose FP8
+// GEMMs already choose by step size (only equal step sizes agree, as a graph bucket and its padded
+// eager step do), turns it on for its forward (model/model.cc). Per thread: each rank's thread
+// runs its own model.
 inline thread_local bool bf16_linears_by_step_size = false;
 
 class Bf16LinearsByStepSize {

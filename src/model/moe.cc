@@ -38,11 +38,11 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
   const int64_t I = w.experts[0].gate.dim(0);
   Tensor y = Tensor::empty({T * K, H}, dt, act, alloc);
   if (ops::moe_experts_grouped(w.expert_table)) {
-    // Every expert in one launch per projection, from the device-side offsets; the rows are
-    // gathered from x as they are quantised.
+    // Every expert in one launch per projection, from the device-side offsets; each token is
+    // quantised once and written to its rows.
     Tensor h = Tensor::empty({T * K, I}, dt, act, alloc);
     const MlpWeights& e0 = w.experts[0];
-    ops::moe_experts_fp8(x, src_token, offsets, w.expert_table,
+    ops::moe_experts_fp8(x, dest_row, offsets, w.expert_table,
                          {.hidden = H,
                           .inter = I,
                           .gate_up_scale_ld = e0.gate.block_scale()->stride(0),

@@ -273,7 +273,7 @@ TEST_F(ContractTest, MoeExpertsFp8) {
     const Maker& gpu = makers_[1];
     Tensor h = gpu.a({6, 16}), y = gpu.a({6, bad ? 16 : 32});
     const auto call = [&] {
-      moe_experts_fp8(gpu.a({3, 32}), gpu.i32({6}), gpu.i32({5}),
+      moe_experts_fp8(gpu.a({3, 32}), gpu.i32({3, 2}), gpu.i32({5}),
                       gpu.make({kExpertTableRows, 4}, DType::kI64), s, h, y);
     };
     if (bad)
@@ -283,7 +283,7 @@ TEST_F(ContractTest, MoeExpertsFp8) {
   }
   const Maker& cpu = makers_[0];
   Tensor h = cpu.a({6, 16}), y = cpu.a({6, 32});
-  EXPECT_THROW(moe_experts_fp8(cpu.a({3, 32}), cpu.i32({6}), cpu.i32({5}),
+  EXPECT_THROW(moe_experts_fp8(cpu.a({3, 32}), cpu.i32({3, 2}), cpu.i32({5}),
                                cpu.make({kExpertTableRows, 4}, DType::kI64), s, h, y),
                Unsupported);
 }

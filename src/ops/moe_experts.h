@@ -35,7 +35,7 @@ namespace cuda {
 // Which grouped kernel runs: by the step's rows (kAuto, what the op does), or one forced (tests
 // compare the two on the same rows).
 enum class ExpertKernel { kAuto, kSkinny, kTensorCores };
-void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tensor& offsets,
+void moe_experts_fp8(const Tensor& x, const Tensor& dest_row, const Tensor& offsets,
                      const Tensor& table, const ExpertShapes& s, Tensor& h, Tensor& y,
                      ExpertKernel kernel = ExpertKernel::kAuto);
 }  // namespace cuda
@@ -45,19 +45,21 @@ inline bool moe_experts_grouped(const Tensor& table) {
   return table.defined();
 }
 
-// x: bf16 [T, hidden], the tokens; src_token: i32 [R], row r's token (ops::moe_align's, −1 past
-// offsets[E]); offsets: i32 [E + 1] (ops::moe_align); h: bf16 [R, inter] (the SwiGLU outputs,
-// caller-owned); y: bf16 [R, hidden], row r = expert(r)'s MLP of x[src_token[r]]. Rows past
-// offsets[E] (dropped pairs) are left as they are.
-inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& src_token,
-                                     const Tensor& offsets, const Tensor& table,
-                                     const ExpertShapes& s, const Tensor& h, const Tensor& y) {
+// x: bf16 [T, hidden], the tokens; dest_row: i32 [T, k], the row pair (t, i) went to
+// (ops::moe_align's); offsets: i32 [E + 1] (ops::moe_align); h: bf16 [R = T·k, inter] (the
+// SwiGLU outputs, caller-owned); y: bf16 [R, hidden], row dest_row[t, i] = its expert's MLP of
+// x[t]. Rows past offsets[E] (dropped pairs) are left as they are.
+inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& dest_row, const Tensor& offsets,
+                                     const Tensor& table, const ExpertShapes& s, const Tensor& h,
+                                     const Tensor& y) {
   const Contract c("moe_experts_fp8", y);
   const int64_t R = y.dim(0), E = offsets.numel() - 1;
   c.rows("x", x, 2);
   c.need(x.dim(1) == s.hidden && s.hidden % 16 == 0 && s.inter % 16 == 0, "x", x,
          "[T, {}] (hidden and inter {}: multiples of 16)", s.hidden, s.inter);
-  c.index("src_token", src_token, R);
+  c.index("dest_row", dest_row, R);
+  c.need(dest_row.ndim() == 2 && dest_row.dim(0) == x.dim(0), "dest_row", dest_row,
+         "[{}, k] (x's tokens)", x.dim(0));
   c.rows("h", h, 2);
   c.need(h.dim(0) == R && h.dim(1) == s.inter, "h", h, "[{}, {}]", R, s.inter);
   c.rows("y", y, 2);
@@ -76,12 +78,12 @@ inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& src_token,
   c.on_device("table", table);
 }
 
-inline void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tensor& offsets,
+inline void moe_experts_fp8(const Tensor& x, const Tensor& dest_row, const Tensor& offsets,
                             const Tensor& table, const ExpertShapes& s, Tensor& h, Tensor& y) {
   if (y.device().is_cpu())
     raise<Unsupported>("moe_experts_fp8 runs FP8 experts on a GPU; {} is on {}", y.str(),
                        y.device().str());
-  moe_experts_fp8_contract(x, src_token, offsets, table, s, h, y);
+  moe_experts_fp8_contract(x, dest_row, offsets, table, s, h, y);
   if (is_meta(y)) {
     if (y.dim(0) > 0)
       trace_scratch(
@@ -91,7 +93,7 @@ inline void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tens
     return;
   }
 #ifdef MLASERVE_CUDA
-  cuda::moe_experts_fp8(x, src_token, offsets, table, s, h, y);
+  cuda::moe_experts_fp8(x, dest_row, offsets, table, s, h, y);
 #else
   raise<Unsupported>("moe_experts_fp8: this build has no CUDA backend");
 #endif

@@ -14,13 +14,16 @@ constexpr int kQuantBlock = 256;   // 8 warps
 constexpr int kGroupsPerWarp = 8;  // 128-groups of one token per warp, loaded together
 constexpr int kLaneValues = 8;     // a half-warp per group: 16 bytes of bf16 a lane
 
-// Where the quantised values come from: x itself (row t, or row rows[t] when given: a negative
-// index is a zero row), or silu(gate) · up (x is gate), which the kernel also writes to `out` in
-// bf16 exactly as ops::silu_mul does, and quantises as stored.
+// Where the quantised values come from: x itself (row t), or silu(gate) · up (x is gate), which the
+// kernel also writes to `out` in bf16 exactly as ops::silu_mul does, and quantises as stored. Where
+// they go: output row t, or, when `dest` is given, output rows dest[t · fan + i] (i < fan;
+// negative: none) of out_rows.
 struct QuantSource {
   const __nv_bfloat16* x;
   int64_t ldx;
-  const int32_t* rows = nullptr;
+  const int32_t* dest = nullptr;
+  int fan = 1;
+  int64_t out_rows = 0;
   const __nv_bfloat16* up = nullptr;
   int64_t ldu = 0;
   __nv_bfloat16* out = nullptr;
@@ -74,13 +77,12 @@ __global__ void quantize_fp8_act_kernel(const QuantSource src, int64_t T, int64_
   const int64_t t = gw / warps_per_token;
   if (t >= T) return;
   const int64_t kb0 = gw % warps_per_token * kGroupsPerWarp + half;
-  const int64_t row = src.rows ? src.rows[t] : t;
   constexpr int kPairs = kGroupsPerWarp / 2;
   Bf16x8 v[kPairs];
 #pragma unroll
   for (int g = 0; g < kPairs; ++g) {
     const int64_t k0 = (kb0 + 2 * g) * 128 + hl * kLaneValues;
-    v[g] = load8(src.x + row * src.ldx, k0, row < 0 ? 0 : K, vec);
+    v[g] = load8(src.x + t * src.ldx, k0, K, vec);
     if constexpr (kSilu) {
       const Bf16x8 u = load8(src.up + t * src.ldu, k0, K, vec);
 #pragma unroll
@@ -112,9 +114,17 @@ __global__ void quantize_fp8_act_kernel(const QuantSource src, int64_t T, int64_
     if (kb >= KB) continue;
     const float scale = fp8_act::group_scale(amax);
     const int64_t k0 = kb * 128 + hl * kLaneValues;
-    if (k0 < ldq)
-      *reinterpret_cast<uint64_t*>(q + t * ldq + k0) = fp8_act::pack<kLaneValues>(f, scale);
-    if (hl == 0) s[fp8_act::scale_index(t, kb, T, KB, t_lead)] = scale;
+    const uint64_t packed = fp8_act::pack<kLaneValues>(f, scale);
+    const auto store = [&](int64_t r, int64_t rows) {
+      if (k0 < ldq) *reinterpret_cast<uint64_t*>(q + r * ldq + k0) = packed;
+      if (hl == 0) s[fp8_act::scale_index(r, kb, rows, KB, t_lead)] = scale;
+    };
+    if (src.dest) {
+      for (int i = 0; i < src.fan; ++i)
+        if (const int32_t r = src.dest[t * src.fan + i]; r >= 0) store(r, src.out_rows);
+    } else {
+      store(t, T);
+    }
   }
 }
 
@@ -143,12 +153,16 @@ cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64
                                 t_lead, q, s, stream);
 }
 
-cudaError_t launch_quantize_fp8_act_rows(const void* x, int64_t ldx, const int32_t* rows, int64_t T,
-                                         int64_t K, int64_t ldq, int64_t t_lead, uint8_t* q,
-                                         float* s, cudaStream_t stream) {
-  return launch_quantize<false>(
-      {.x = static_cast<const __nv_bfloat16*>(x), .ldx = ldx, .rows = rows}, T, K, ldq, t_lead, q,
-      s, stream);
+cudaError_t launch_quantize_fp8_act_scatter(const void* x, int64_t ldx, const int32_t* dest,
+                                            int fan, int64_t T, int64_t K, int64_t out_rows,
+                                            int64_t ldq, int64_t t_lead, uint8_t* q, float* s,
+                                            cudaStream_t stream) {
+  return launch_quantize<false>({.x = static_cast<const __nv_bfloat16*>(x),
+                                 .ldx = ldx,
+                                 .dest = dest,
+                                 .fan = fan,
+                                 .out_rows = out_rows},
+                                T, K, ldq, t_lead, q, s, stream);
 }
 
 cudaError_t launch_silu_mul_quantize(const void* gate, int64_t ldg, const void* up, int64_t ldu,

@@ -30,11 +30,13 @@ inline Fp8ActBuffer fp8_act_buffer(void* base, int64_t T, int64_t K) {
 // token-major per K block), the rest at s[KB * t_lead + kb * (T - t_lead) + (t - t_lead)].
 cudaError_t launch_quantize_fp8_act(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t ldq,
                                     int64_t t_lead, uint8_t* q, float* s, cudaStream_t stream);
-// The same for rows gathered from x: output row t quantises x's row rows[t] (a negative index:
-// a zero row).
-cudaError_t launch_quantize_fp8_act_rows(const void* x, int64_t ldx, const int32_t* rows, int64_t T,
-                                         int64_t K, int64_t ldq, int64_t t_lead, uint8_t* q,
-                                         float* s, cudaStream_t stream);
+// The same for rows scattered from x: token t of x's T is quantised once and written to output
+// rows dest[t · fan + i] (i < fan; a negative entry: none) of out_rows, the scales laid out for
+// out_rows rows; output rows no entry names are left as they are.
+cudaError_t launch_quantize_fp8_act_scatter(const void* x, int64_t ldx, const int32_t* dest,
+                                            int fan, int64_t T, int64_t K, int64_t out_rows,
+                                            int64_t ldq, int64_t t_lead, uint8_t* q, float* s,
+                                            cudaStream_t stream);
 // out = silu(gate) · up in bf16 (gate, up, out bf16 [T, K] at their row strides; out may alias
 // gate or up), as ops::silu_mul computes it, and out quantised as launch_quantize_fp8_act would
 // quantise it, in one pass.

@@ -105,6 +105,71 @@ TEST(Fp8Input, SiluMulWritesTheLinearsQuantization) {
     }
 }
 
+// The experts' rows: each token quantised once and written to the rows its pairs went to, byte
+// for byte what the plain quantisation writes for those rows gathered; a negative entry writes
+// nothing, and rows no entry names (past the last pair) keep their bytes.
+TEST(Fp8Input, ScatterWritesEachRowsQuantization) {
+  MLS_REQUIRE_GPU();
+  uint32_t seed = 60;
+  for (int64_t K : {2048, 400})
+    for (int64_t T : {1, 37}) {
+      SCOPED_TRACE(testing::Message() << "T " << T << " K " << K);
+      const int fan = 3;
+      const int64_t R = T * fan + 2;  // the last two rows: no pair's
+      std::vector<int32_t> perm(T * fan);
+      for (int64_t i = 0; i < T * fan; ++i) perm[i] = static_cast<int32_t>((i * 7 + 3) % (T * fan));
+      std::vector<int32_t> dest(perm);
+      if (T > 1) dest[4] = -1;  // a dropped pair: its row stays
+      const Tensor x = to_gpu(random({T, K}, ++seed, 3.0f), kBF);
+      Tensor dest_dev = dev_empty({T, fan}, DType::kI32);
+      copy(Tensor::wrap(dest.data(), {T, fan}, DType::kI32), dest_dev);
+
+      const int64_t KB = (K + 127) / 128;
+      Tensor q = dev_empty({scratch::fp8_act_bytes(R, K)}, DType::kFP8E4M3);
+      std::vector<uint8_t> fill(q.nbytes(), 0xab);
+      copy(Tensor::wrap(fill.data(), {q.numel()}, DType::kFP8E4M3), q);
+      const cuda::kernels::Fp8ActBuffer b = cuda::kernels::fp8_act_buffer(q.raw(), R, K);
+      ::mls::cuda::check(cuda::kernels::launch_quantize_fp8_act_scatter(
+                             x.raw(), x.stride(0), dest_dev.data<int32_t>(), fan, T, K, R, b.ldq, R,
+                             b.q, b.scales, ::mls::cuda::stream()),
+                         "scatter");
+      const std::vector<uint8_t> got = bytes_of(q);
+
+      // The reference: x's rows gathered into their pairs' rows (zero rows elsewhere), then the
+      // plain quantisation.
+      const Tensor xh = to_cpu(x);
+      Tensor gathered = Tensor::zeros({R, K}, DType::kF32, MemTag::kActivation);
+      std::vector<int64_t> token_of(R, -1);
+      for (int64_t p = 0; p < T * fan; ++p)
+        if (dest[p] >= 0) {
+          token_of[dest[p]] = p / fan;
+          std::memcpy(gathered.data<float>() + dest[p] * K, xh.data<float>() + p / fan * K,
+                      K * sizeof(float));
+        }
+      const Tensor gd = to_gpu(gathered, kBF);
+      Tensor qr = dev_empty({scratch::fp8_act_bytes(R, K)}, DType::kFP8E4M3);
+      const cuda::kernels::Fp8ActBuffer br = cuda::kernels::fp8_act_buffer(qr.raw(), R, K);
+      ::mls::cuda::check(
+          cuda::kernels::launch_quantize_fp8_act(gd.raw(), gd.stride(0), R, K, br.ldq, R, br.q,
+                                                 br.scales, ::mls::cuda::stream()),
+          "reference quantisation");
+      const std::vector<uint8_t> want = bytes_of(qr);
+
+      const int64_t scales_at = R * b.ldq;
+      for (int64_t r = 0; r < R; ++r) {
+        const bool named = token_of[r] >= 0;
+        for (int64_t k = 0; k < b.ldq; ++k)
+          ASSERT_EQ(got[r * b.ldq + k], named ? want[r * b.ldq + k] : 0xab)
+              << "row " << r << " byte " << k;
+        for (int64_t kb = 0; kb < KB; ++kb)
+          for (int64_t i = 0; i < 4; ++i) {
+            const int64_t at = scales_at + 4 * (kb * R + r) + i;
+            ASSERT_EQ(got[at], named ? want[at] : 0xab) << "row " << r << " scale " << kb;
+          }
+      }
+    }
+}
+
 TEST(Fp8Input, LinearsGivenItComputeTheSameBits) {
   MLS_REQUIRE_GPU();
   uint32_t seed = 70;

@@ -412,7 +412,7 @@ Fp8Experts make_experts(int64_t E, int64_t H, int64_t I, uint32_t seed) {
   return x;
 }
 
-// Routes every token (ids [T, K] host) through the grouped path: align, gather, experts.
+// Routes every token (ids [T, K] host) through the grouped path: align, then the experts.
 // Returns y [T·K, H] (host f32) with the permutation's source tokens.
 struct GroupedRun {
   Tensor y, src_token, dest_row;
@@ -431,9 +431,9 @@ GroupedRun run_grouped(const Fp8Experts& ex, const Tensor& x_host, const Tensor&
                        .gate_up_scale_ld = (H + 127) / 128,
                        .down_scale_ld = (I + 127) / 128};
   if (kernel == cuda::ExpertKernel::kAuto)
-    moe_experts_fp8(x, src, off, ex.table, s, h, y);
+    moe_experts_fp8(x, dest, off, ex.table, s, h, y);
   else
-    cuda::moe_experts_fp8(x, src, off, ex.table, s, h, y, kernel);
+    cuda::moe_experts_fp8(x, dest, off, ex.table, s, h, y, kernel);
   return {to_cpu(y), to_cpu(src), to_cpu(dest)};
 }
 

@@ -10,7 +10,7 @@
 
 namespace mls::ops::cuda {
 
-void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tensor& offsets,
+void moe_experts_fp8(const Tensor& x, const Tensor& dest_row, const Tensor& offsets,
                      const Tensor& table, const ExpertShapes& s, Tensor& h, Tensor& y,
                      ExpertKernel kernel) {
   const int64_t R = y.dim(0), H = s.hidden, I = s.inter, E = offsets.numel() - 1;
@@ -39,10 +39,10 @@ void moe_experts_fp8(const Tensor& x, const Tensor& src_token, const Tensor& off
     mls::cuda::check(kernels::launch_moe_active_experts(offsets.data<int32_t>(),
                                                         static_cast<int>(E), active, stream),
                      "moe_experts_fp8: active experts");
-  mls::cuda::check(
-      kernels::launch_quantize_fp8_act_rows(x.raw(), x.stride(0), src_token.data<int32_t>(), R, H,
-                                            ldx, R, xq, xs, stream),
-      "moe_experts_fp8: gather and quantise rows");
+  mls::cuda::check(kernels::launch_quantize_fp8_act_scatter(
+                       x.raw(), x.stride(0), dest_row.data<int32_t>(),
+                       static_cast<int>(dest_row.dim(1)), x.dim(0), H, R, ldx, R, xq, xs, stream),
+                   "moe_experts_fp8: quantise and scatter rows");
   kernels::MoeFp8GemmArgs a{.w1 = addr + kGate * E,
                             .s1 = addr + kGateScale * E,
                             .w2 = addr + kUp * E,

@@ -269,15 +269,16 @@ TEST_F(ContractTest, Fp8WeightsNeedTheirScalesInMetaModeToo) {
 // The FP8 experts run on a GPU only; their contract holds in meta mode there.
 TEST_F(ContractTest, MoeExpertsFp8) {
   const ExpertShapes s{.hidden = 32, .inter = 16, .gate_up_scale_ld = 1, .down_scale_ld = 1};
-  for (const bool bad : {false, true}) {
+  // y's width, then dest_row with x's 6 pairs but not one row per token.
+  for (const int bad : {0, 1, 2}) {
     const Maker& gpu = makers_[1];
-    Tensor h = gpu.a({6, 16}), y = gpu.a({6, bad ? 16 : 32});
+    Tensor h = gpu.a({6, 16}), y = gpu.a({6, bad == 1 ? 16 : 32});
     const auto call = [&] {
-      moe_experts_fp8(gpu.a({3, 32}), gpu.i32({3, 2}), gpu.i32({5}),
+      moe_experts_fp8(gpu.a({3, 32}), bad == 2 ? gpu.i32({2, 3}) : gpu.i32({3, 2}), gpu.i32({5}),
                       gpu.make({kExpertTableRows, 4}, DType::kI64), s, h, y);
     };
     if (bad)
-      EXPECT_THROW(call(), ShapeError);
+      EXPECT_THROW(call(), ShapeError) << bad;
     else
       EXPECT_NO_THROW(call());
   }

@@ -115,10 +115,9 @@ TEST(Fp8Input, ScatterWritesEachRowsQuantization) {
     for (int64_t T : {1, 37}) {
       SCOPED_TRACE(testing::Message() << "T " << T << " K " << K);
       const int fan = 3;
-      const int64_t R = T * fan + 2;  // the last two rows: no pair's
-      std::vector<int32_t> perm(T * fan);
-      for (int64_t i = 0; i < T * fan; ++i) perm[i] = static_cast<int32_t>((i * 7 + 3) % (T * fan));
-      std::vector<int32_t> dest(perm);
+      const int64_t R = T * fan + 2;       // the last two rows: no pair's
+      std::vector<int32_t> dest(T * fan);  // a permutation of the pairs' rows
+      for (int64_t i = 0; i < T * fan; ++i) dest[i] = static_cast<int32_t>((i * 7 + 3) % (T * fan));
       if (T > 1) dest[4] = -1;  // a dropped pair: its row stays
       const Tensor x = to_gpu(random({T, K}, ++seed, 3.0f), kBF);
       Tensor dest_dev = dev_empty({T, fan}, DType::kI32);

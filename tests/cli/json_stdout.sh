@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A command's --json output is stdout alone (logs go to stderr), and plan-memory plans what serve
 # would run: --batch-invariant's attention cut, or VLLM_BATCH_INVARIANT=1's (the demo model's
-# decode steps then keep no split partials), and its refusal of block-FP8 checkpoints on a GPU. The GPU kind is planned in meta
-# mode, so no GPU is needed.
+# decode steps then keep no split partials), and its refusal of block-FP8 checkpoints on a GPU.
+# The GPU kind is planned in meta mode, so no GPU is needed.
 #   json_stdout.sh MLASERVE_BIN SOURCE_DIR
 set -uo pipefail
 bin="$1" src="$2"

@@ -1,6 +1,6 @@
 // Inline PTX for warp-specialised pipelines on Hopper (sm_90a): shared-memory mbarriers, the
 // arrival of a thread's cp.async copies on one, named barriers and warpgroup register
-// reallocation.
+// reallocation (within the CTA's budget, register_budget.h).
 // Phases: a barrier starts in phase 0; mbar_wait(bar, p) returns once the phase of parity p has
 // completed, so on a fresh barrier a wait for parity 1 returns at once (a producer's first pass
 // over an empty ring).
@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "ops/cuda/mma_ptx.cuh"
+#include "ops/cuda/register_budget.h"
 
 namespace mls::ops::cuda::kernels {
 
@@ -45,13 +46,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // __syncthreads'), ordering their shared-memory accesses like __syncthreads.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Registers each thread of a CTA of `threads` threads holds at launch (__launch_bounds__(threads,
-// 1)): the CTA's whole allocation. Warpgroup register reallocation only moves registers within
-// it; an increase asking for more than the other warpgroups released waits forever.
-constexpr int launch_regs_per_thread(int threads) {
-  return 65536 / threads / 8 * 8;
 }
 
 // Warpgroup register reallocation: every warp of the warpgroup executes it; the count is a

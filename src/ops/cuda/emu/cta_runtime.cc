@@ -1,0 +1,317 @@
+#include "ops/cuda/emu/cta_runtime.h"
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace mls::ops::cuda::emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kDynamicOffset = 16;
+constexpr int kNamedBarriers = 16;
+
+alignas(1024) unsigned char g_window[kSmemOptin + kDynamicOffset];
+
+struct AsyncQueue {
+  std::vector<std::function<void()>> open;
+  std::deque<std::vector<std::function<void()>>> closed;
+};
+
+struct Fiber {
+  ucontext_t ctx{};
+  std::unique_ptr<char[]> stack;
+  ThreadCoords coords;
+  std::function<bool()> ready;  // empty: runnable
+  bool done = false;
+  AsyncQueue queues[2];
+};
+
+struct Barrier {
+  uint64_t gen = 0;
+  int arrived = 0;
+  int acc[2] = {0, 0};
+};
+
+struct WarpSlots {
+  uint64_t gen = 0;
+  int arrived = 0;
+  uint64_t slots[2][32] = {};
+};
+
+struct Cta {
+  std::vector<Fiber> fibers;
+  int exited = 0;
+  Barrier barrier;
+  Barrier named[kNamedBarriers];
+  std::vector<WarpSlots> warps;
+  std::vector<int> warp_regs;
+  int64_t regs_free = 0;
+  const std::function<void()>* kernel = nullptr;
+  std::exception_ptr error;
+};
+
+Cta* g_cta = nullptr;
+uint32_t g_schedule_seed = 0;
+constexpr int kH200Sms = 132;
+int g_device_sms = kH200Sms;
+Fiber* g_cur = nullptr;
+ucontext_t g_scheduler;
+
+Fiber& current() {
+  if (g_cur == nullptr) throw KernelFault("emulated device code called outside run_grid");
+  return *g_cur;
+}
+
+void run_group(std::vector<std::function<void()>>& group) {
+  for (auto& work : group) work();
+}
+
+void flush_copies(Fiber& f) {
+  AsyncQueue& q = f.queues[static_cast<int>(AsyncKind::kCopy)];
+  while (!q.closed.empty()) {
+    run_group(q.closed.front());
+    q.closed.pop_front();
+  }
+  run_group(q.open);
+  q.open.clear();
+}
+
+void complete(Barrier& b) {
+  b.arrived = 0;
+  b.acc[(b.gen + 1) & 1] = 0;
+  ++b.gen;
+}
+
+void fiber_main() {
+  Fiber& f = *g_cur;
+  try {
+    (*g_cta->kernel)();
+    flush_copies(f);
+  } catch (...) {
+    g_cta->error = std::current_exception();
+  }
+  f.done = true;
+  ++g_cta->exited;
+  Barrier& b = g_cta->barrier;
+  if (b.arrived > 0 && b.arrived + g_cta->exited >= static_cast<int>(g_cta->fibers.size()))
+    complete(b);
+  swapcontext(&f.ctx, &g_scheduler);
+}
+
+std::string describe_stuck(const Cta& cta) {
+  std::string s = "kernel stuck: every live thread is blocked (";
+  int live = 0;
+  for (const Fiber& f : cta.fibers) live += !f.done;
+  s += std::to_string(live) + " of " + std::to_string(cta.fibers.size()) + " threads live; CTA (" +
+       std::to_string(cta.fibers[0].coords.block.x) + ", " +
+       std::to_string(cta.fibers[0].coords.block.y) + ", " +
+       std::to_string(cta.fibers[0].coords.block.z) + "); CTA barrier holds " +
+       std::to_string(cta.barrier.arrived) + " arrivals; named barriers:";
+  for (int i = 0; i < kNamedBarriers; ++i)
+    if (cta.named[i].arrived > 0)
+      s += " " + std::to_string(i) + ":" + std::to_string(cta.named[i].arrived);
+  return s + ")";
+}
+
+// A function of its own: getcontext returns twice, and the caller's loop variables must not
+// live across it.
+[[gnu::noinline]] void start_fiber(Fiber& f) {
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.get();
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, fiber_main, 0);
+}
+
+void run_cta(Cta& cta, uint32_t seed) {
+  std::vector<int> order(cta.fibers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(seed);
+  for (;;) {
+    if (seed != 0) std::shuffle(order.begin(), order.end(), rng);
+    bool all_done = true, resumed = false;
+    for (int i : order) {
+      Fiber& f = cta.fibers[i];
+      if (f.done) continue;
+      all_done = false;
+      if (f.ready && !f.ready()) continue;
+      f.ready = nullptr;
+      g_cur = &f;
+      swapcontext(&g_scheduler, &f.ctx);
+      g_cur = nullptr;
+      resumed = true;
+      if (cta.error) std::rethrow_exception(cta.error);
+    }
+    if (all_done) return;
+    if (!resumed) throw KernelFault(describe_stuck(cta));
+  }
+}
+
+}  // namespace
+
+const ThreadCoords& coords() {
+  return current().coords;
+}
+
+unsigned char* dynamic_smem() {
+  return g_window + kDynamicOffset;
+}
+uint32_t smem_offset(const void* p) {
+  const ptrdiff_t d = static_cast<const unsigned char*>(p) - g_window;
+  if (d != static_cast<int32_t>(d))
+    throw KernelFault("a shared variable out of the 32-bit shared window's reach");
+  return static_cast<uint32_t>(d);
+}
+void* smem_pointer(uint32_t offset) {
+  return g_window + static_cast<int32_t>(offset);
+}
+
+void block_until(const std::function<bool()>& ready) {
+  if (ready()) return;
+  Fiber& f = current();
+  f.ready = ready;
+  swapcontext(&f.ctx, &g_scheduler);
+}
+
+int cta_barrier(int predicate) {
+  Cta& cta = *g_cta;
+  Barrier& b = cta.barrier;
+  const uint64_t gen = b.gen;
+  b.acc[gen & 1] += predicate != 0;
+  if (++b.arrived + cta.exited >= static_cast<int>(cta.fibers.size()))
+    complete(b);
+  else
+    block_until([&b, gen] { return b.gen != gen; });
+  return b.acc[gen & 1];
+}
+
+void named_barrier(int id, int threads) {
+  if (id < 1 || id >= kNamedBarriers || threads % 32 != 0)
+    throw KernelFault("named barrier " + std::to_string(id) + " of " + std::to_string(threads) +
+                      " threads: ids 1-15, a multiple of 32 threads");
+  Barrier& b = g_cta->named[id];
+  const uint64_t gen = b.gen;
+  if (++b.arrived == threads)
+    complete(b);
+  else
+    block_until([&b, gen] { return b.gen != gen; });
+}
+
+const uint64_t* warp_exchange(uint32_t mask, uint64_t value) {
+  const int tid = current().coords.linear, lane = tid & 31;
+  if ((mask >> lane & 1) == 0) throw KernelFault("warp collective from a lane outside its mask");
+  WarpSlots& w = g_cta->warps[tid >> 5];
+  const uint64_t gen = w.gen;
+  w.slots[gen & 1][lane] = value;
+  if (++w.arrived == std::popcount(mask)) {
+    w.arrived = 0;
+    ++w.gen;
+  } else {
+    block_until([&w, gen] { return w.gen != gen; });
+  }
+  return w.slots[gen & 1];
+}
+
+void async_push(AsyncKind kind, std::function<void()> work) {
+  current().queues[static_cast<int>(kind)].open.push_back(std::move(work));
+}
+
+void async_commit(AsyncKind kind) {
+  AsyncQueue& q = current().queues[static_cast<int>(kind)];
+  q.closed.push_back(std::move(q.open));
+  q.open.clear();
+}
+
+void async_wait(AsyncKind kind, int keep) {
+  AsyncQueue& q = current().queues[static_cast<int>(kind)];
+  while (static_cast<int>(q.closed.size()) > keep) {
+    run_group(q.closed.front());
+    q.closed.pop_front();
+  }
+}
+
+void async_flush_copies() {
+  flush_copies(current());
+}
+
+void warpgroup_set_regs(int regs, bool increase) {
+  if (regs < 24 || regs > 256 || regs % 8 != 0)
+    throw KernelFault("setmaxnreg " + std::to_string(regs) + ": a multiple of 8 in [24, 256]");
+  Cta& cta = *g_cta;
+  const int tid = current().coords.linear;
+  warp_exchange(0xffffffffu, 0);  // the whole warp executes it
+  if ((tid & 31) != 0) return;
+  int& mine = cta.warp_regs[tid >> 5];
+  const int64_t delta = static_cast<int64_t>(regs - mine) * 32;
+  if (increase != (delta > 0) && delta != 0)
+    throw KernelFault("setmaxnreg." + std::string(increase ? "inc" : "dec") + " to " +
+                      std::to_string(regs) + " from " + std::to_string(mine));
+  if (delta > 0) block_until([&cta, delta] { return cta.regs_free >= delta; });
+  cta.regs_free -= delta;
+  mine = regs;
+}
+
+void set_schedule_seed(uint32_t seed) {
+  g_schedule_seed = seed;
+}
+
+int device_sms() {
+  return g_device_sms;
+}
+void set_device_sms(int sms) {
+  g_device_sms = sms > 0 ? sms : kH200Sms;
+}
+
+void run_grid(Dim grid, Dim block, size_t dynamic_smem_bytes, int regs_per_thread,
+              const std::function<void()>& kernel) {
+  const uint32_t seed = g_schedule_seed;
+  if (dynamic_smem_bytes > kSmemOptin)
+    throw KernelFault("dynamic shared memory of " + std::to_string(dynamic_smem_bytes) +
+                      " bytes: the device allows " + std::to_string(kSmemOptin));
+  const int threads = static_cast<int>(block.x * block.y * block.z);
+  if (threads % 32 != 0) throw KernelFault("the emulator runs whole warps only");
+  std::vector<std::unique_ptr<char[]>> stacks;
+  for (int i = 0; i < threads; ++i) stacks.push_back(std::make_unique<char[]>(kStackBytes));
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        Cta cta;
+        cta.kernel = &kernel;
+        cta.fibers.resize(threads);
+        cta.warps.resize(threads / 32);
+        cta.warp_regs.assign(threads / 32, regs_per_thread);
+        // Uninitialised shared memory reads as NaN (all bits set) in every float format.
+        std::memset(g_window, 0xff, sizeof(g_window));
+        for (int i = 0; i < threads; ++i) {
+          Fiber& f = cta.fibers[i];
+          f.coords.block_dim = block;
+          f.coords.grid_dim = grid;
+          f.coords.block = {bx, by, bz};
+          f.coords.linear = i;
+          f.coords.thread = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
+          f.stack = std::move(stacks[i]);
+          start_fiber(f);
+        }
+        g_cta = &cta;
+        try {
+          run_cta(cta, seed == 0 ? 0 : seed + bx + 7919 * (by + 7919 * bz));
+        } catch (...) {
+          g_cta = nullptr;
+          throw;
+        }
+        g_cta = nullptr;
+        for (int i = 0; i < threads; ++i) stacks[i] = std::move(cta.fibers[i].stack);
+      }
+}
+
+}  // namespace mls::ops::cuda::emu

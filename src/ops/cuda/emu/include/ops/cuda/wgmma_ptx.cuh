@@ -1,0 +1,119 @@
+// Emulation (prelude.h) of ops/cuda/wgmma_ptx.cuh: each thread's MMA is queued and, when the
+// thread waits for its commit group, computes that thread's accumulator fragment (thread
+// (warp w, lane l) of the warpgroup: rows 16w + l/4 (+8), columns 8j + 2(l%4) (+1) at
+// d[4j .. 4j + 3]) from shared memory, read through the descriptor as the device reads it:
+// start address, leading and stride byte offsets, 128-byte swizzle on the address bits.
+// Descriptors come from the real ops/cuda/wgmma_layout.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <string>
+
+#include "ops/cuda/emu/cta_runtime.h"
+#include "ops/cuda/mma_ptx.cuh"
+#include "ops/cuda/wgmma_layout.cuh"
+
+namespace mls::ops::cuda::kernels {
+
+inline void wgmma_fence() {}
+inline void wgmma_commit() {
+  emu::async_commit(emu::AsyncKind::kMma);
+}
+template <int N>
+inline void wgmma_wait() {
+  emu::async_wait(emu::AsyncKind::kMma, N);
+}
+template <int N>
+inline void wgmma_fence_operands(float (&)[N]) {}
+inline void fence_proxy_async_smem() {}
+
+namespace emu_detail {
+
+struct Desc {
+  uint32_t start, lbo, sbo;
+};
+inline Desc decode(uint64_t d) {
+  if ((d >> 62) != 1)
+    throw emu::KernelFault("wgmma descriptor without the 128-byte swizzle: layout " +
+                           std::to_string(d >> 62));
+  return {static_cast<uint32_t>(d & 0x3FFF) << 4, static_cast<uint32_t>(d >> 16 & 0x3FFF) << 4,
+          static_cast<uint32_t>(d >> 32 & 0x3FFF) << 4};
+}
+// The 128-byte swizzle: address bits 4-6 XOR bits 7-9.
+inline const void* swizzled(uint32_t addr) {
+  return emu::smem_pointer(addr ^ ((addr >> 7 & 7) << 4));
+}
+template <typename In>
+float load(uint32_t addr) {
+  return static_cast<float>(*static_cast<const In*>(swizzled(addr)));
+}
+// Element (row, k) of a K-major operand: rows in 128-byte lines, 8-row atoms SBO apart.
+template <typename In>
+float k_major(const Desc& d, int row, int k) {
+  return load<In>(d.start + (row / 8) * d.sbo + (row % 8) * 128 + k * sizeof(In));
+}
+// Element (k, n) of an N-major operand: 64 columns a 128-byte line (one k), 8-line atoms along
+// K SBO apart, the next 64 columns LBO further on.
+template <typename In>
+float n_major(const Desc& d, int k, int n) {
+  return load<In>(d.start + (n / 64) * d.lbo + (k / 8) * d.sbo + (k % 8) * 128 + (n % 64) * 2);
+}
+
+// d (+)= A · B for this thread's fragment of the 64 × N result, K = 32 bytes of In.
+template <typename In, int N, bool kBNMajor>
+void mma(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  constexpr int K = 32 / sizeof(In);
+  const Desc a = decode(desc_a), b = decode(desc_b);
+  const int x = emu::coords().linear & 127, w = x / 32, l = x % 32;
+  float arow[2][K];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < K; ++k) arow[h][k] = k_major<In>(a, 16 * w + l / 4 + 8 * h, k);
+  for (int j = 0; j < N / 8; ++j)
+    for (int c = 0; c < 2; ++c) {
+      const int col = 8 * j + 2 * (l % 4) + c;
+      float bcol[K];
+      for (int k = 0; k < K; ++k)
+        bcol[k] = kBNMajor ? n_major<In>(b, k, col) : k_major<In>(b, col, k);
+      for (int h = 0; h < 2; ++h) {
+        double s = 0.0;
+        for (int k = 0; k < K; ++k) s += static_cast<double>(arow[h][k]) * bcol[k];
+        float& out = d[4 * j + 2 * h + c];
+        out = static_cast<float>(accumulate ? out + s : s);
+      }
+    }
+}
+
+template <typename In, int N, bool kBNMajor, int R>
+void issue(float (&d)[R], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  static_assert(R == N / 2, "a 64 × N fragment is N / 2 floats a thread");
+  float* dp = d;
+  emu::async_push(emu::AsyncKind::kMma, [dp, desc_a, desc_b, accumulate] {
+    mma<In, N, kBNMajor>(dp, desc_a, desc_b, accumulate);
+  });
+}
+
+}  // namespace emu_detail
+
+inline void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                  int accumulate) {
+  emu_detail::issue<__nv_fp8_e4m3, 128, false>(d, desc_a, desc_b, accumulate);
+}
+inline void wgmma_e4m3_m64n64k32(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  emu_detail::issue<__nv_fp8_e4m3, 64, false>(d, desc_a, desc_b, accumulate);
+}
+inline void wgmma_bf16_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  emu_detail::issue<__nv_bfloat16, 32, false>(d, desc_a, desc_b, accumulate);
+}
+inline void wgmma_bf16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  emu_detail::issue<__nv_bfloat16, 64, false>(d, desc_a, desc_b, accumulate);
+}
+template <int kBNMajor>
+inline void wgmma_bf16_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                  int accumulate) {
+  emu_detail::issue<__nv_bfloat16, 256, kBNMajor != 0>(d, desc_a, desc_b, accumulate);
+}
+
+}  // namespace mls::ops::cuda::kernels

@@ -1,0 +1,210 @@
+// The grouped block-FP8 experts on the tensor cores (moe_fp8_tc_kernels.cu) run by the CPU
+// emulator against the launcher's contract (moe_fp8_kernels.h) evaluated in float64: the tile
+// walk over experts with no rows, one row and several tiles, partial weight tiles and K blocks,
+// the producer's ring and its barriers, the promotions at every interval the launcher offers,
+// the gated (SwiGLU) and plain epilogues. This checks the kernel's logic on any machine; its
+// numerics on the device (FP8 MMAs keep fewer bits than the emulator's) are ops_cuda_moe_test's.
+//
+// Tolerance: the emulated MMAs add exactly; the kernel's promotions add in fp32 and its output is
+// rounded to bf16 (2^-9 relative per element, about 1.1e-3 relative L2), so the FP8 linear's
+// tolerance (4e-3 relative L2, ops_cuda_moe_test) holds with room; a wrong expert, row, scale or
+// a promotion lost (one sub-step of a K block: an eighth of it or more) would not.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ops/cuda/emu/cta_runtime.h"
+#include "ops/cuda/moe_fp8_kernels.h"
+
+namespace mls::ops::cuda::kernels {
+namespace {
+
+constexpr double kFp8Tol = 4e-3;
+
+struct Case {
+  std::vector<int32_t> rows_per_expert;
+  int64_t N = 200, K = 272;  // a partial weight tile and a partial K block
+  bool gated = false;
+  int promote_k = 0;
+  int sms = 0;  // the emulated device's multiprocessors: 0, an H200's 132
+  uint32_t seed = 1;
+  uint32_t schedule_seed = 0;
+};
+
+struct Weights {
+  std::vector<uint8_t> w;  // e4m3 [N, K]
+  std::vector<float> s;    // [ceil(N / 128), sw_ld]
+};
+
+struct Outcome {
+  std::vector<__nv_bfloat16> y;
+  double worst = 0.0;
+};
+
+double e4m3(uint8_t b) {
+  __nv_fp8_e4m3 v;
+  std::memcpy(&v, &b, 1);
+  return static_cast<float>(v);
+}
+
+std::vector<uint8_t> random_e4m3(size_t n, std::mt19937& g) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) {
+    const __nv_fp8_e4m3 x(d(g) * 4.0f);
+    std::memcpy(&b, &x, 1);
+  }
+  return v;
+}
+
+std::vector<float> random_scales(size_t n, std::mt19937& g) {
+  std::uniform_real_distribution<float> d(0.5f, 2.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g) / 64.0f;
+  return v;
+}
+
+Outcome run(const Case& c) {
+  std::mt19937 g(c.seed);
+  const int E = static_cast<int>(c.rows_per_expert.size());
+  std::vector<int32_t> offsets(E + 1, 0);
+  for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + c.rows_per_expert[e];
+  const int64_t rows = offsets[E], KB = (c.K + 127) / 128, NB = (c.N + 127) / 128;
+  const std::vector<uint8_t> xq = random_e4m3(rows * c.K, g);
+  const std::vector<float> xs = random_scales(KB * rows, g);  // x_scale[kb · rows + r]
+  std::vector<Weights> w1(E), w2(E);
+  std::vector<uint64_t> w1t(E), s1t(E), w2t(E), s2t(E);
+  for (int e = 0; e < E; ++e) {
+    for (auto* w : {&w1[e], &w2[e]}) {
+      w->w = random_e4m3(c.N * c.K, g);
+      w->s = random_scales(NB * KB, g);
+    }
+    w1t[e] = reinterpret_cast<uint64_t>(w1[e].w.data());
+    s1t[e] = reinterpret_cast<uint64_t>(w1[e].s.data());
+    w2t[e] = reinterpret_cast<uint64_t>(w2[e].w.data());
+    s2t[e] = reinterpret_cast<uint64_t>(w2[e].s.data());
+  }
+  Outcome out;
+  out.y.assign(rows * c.N, __float2bfloat16(NAN));
+  MoeFp8GemmArgs a{};
+  a.w1 = w1t.data();
+  a.s1 = s1t.data();
+  a.w2 = c.gated ? w2t.data() : nullptr;
+  a.s2 = c.gated ? s2t.data() : nullptr;
+  a.sw_ld = KB;
+  a.xq = xq.data();
+  a.ldq = c.K;
+  a.x_scale = xs.data();
+  a.x_scale_ld = rows;
+  a.offsets = offsets.data();
+  a.experts = E;
+  a.rows = rows;
+  a.promote_k = c.promote_k;
+  a.y = out.y.data();
+  a.ldy = c.N;
+  a.N = c.N;
+  a.K = c.K;
+  a.gated = c.gated;
+  emu::set_schedule_seed(c.schedule_seed);
+  emu::set_device_sms(c.sms);
+  EXPECT_EQ(launch_moe_fp8_gemm_tc(a, nullptr), cudaSuccess);
+  emu::set_schedule_seed(0);
+  emu::set_device_sms(0);
+
+  // The contract: Σ_kb sx[r, kb] · s_e[n / 128, kb] · Σ_{k in kb} xq[r, k] · w_e[n, k].
+  const auto dot = [&](const Weights& w, int64_t r, int64_t n) {
+    double total = 0.0;
+    for (int64_t kb = 0; kb < KB; ++kb) {
+      double s = 0.0;
+      for (int64_t k = kb * 128; k < std::min(c.K, (kb + 1) * 128); ++k)
+        s += e4m3(xq[r * c.K + k]) * e4m3(w.w[n * c.K + k]);
+      total += s * xs[kb * rows + r] * w.s[(n / 128) * KB + kb];
+    }
+    return total;
+  };
+  for (int e = 0; e < E; ++e)
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      double e2 = 0.0, r2 = 0.0;
+      for (int64_t n = 0; n < c.N; ++n) {
+        double want = dot(w1[e], r, n);
+        if (c.gated) want = want / (1.0 + std::exp(-want)) * dot(w2[e], r, n);
+        const double got = __bfloat162float(out.y[r * c.N + n]);
+        e2 += (got - want) * (got - want);
+        r2 += want * want;
+      }
+      const double rel = std::sqrt(e2 / r2);
+      EXPECT_LE(rel, kFp8Tol) << "expert " << e << " row " << r;
+      out.worst = std::max(out.worst, std::isnan(rel) ? INFINITY : rel);
+    }
+  return out;
+}
+
+// Experts with no rows, one row, a partial tile, and several tiles with a partial last one.
+const std::vector<int32_t> kRows = {150, 0, 1, 60, 0, 257};
+
+TEST(EmulatedMoeFp8Tc, PlainProjection) {
+  Case c;
+  c.rows_per_expert = kRows;
+  const Outcome r = run(c);
+  std::printf("plain, promotion every 32 K: worst rel_l2 %.2e\n", r.worst);
+}
+
+TEST(EmulatedMoeFp8Tc, GatedProjection) {
+  Case c;
+  c.rows_per_expert = kRows;
+  c.gated = true;
+  const Outcome r = run(c);
+  std::printf("gated, promotion every 32 K: worst rel_l2 %.2e\n", r.worst);
+}
+
+// The launcher's other promotion intervals: two and four MMAs a sub-step.
+TEST(EmulatedMoeFp8Tc, EveryPromotionInterval) {
+  for (const int promote_k : {64, 128})
+    for (const bool gated : {false, true}) {
+      Case c;
+      c.rows_per_expert = {130, 3, 0, 70};
+      c.K = 400;  // four K blocks, the last partial: whole loop iterations and a tail
+      c.gated = gated;
+      c.promote_k = promote_k;
+      const Outcome r = run(c);
+      std::printf("%s, promotion every %d K: worst rel_l2 %.2e\n", gated ? "gated" : "plain",
+                  promote_k, r.worst);
+    }
+}
+
+// A persistent grid of two CTAs: each walks many tiles, its producer running ahead of the
+// consumers across tiles and around the ring of slots many times (K of nine blocks, more than the
+// ring holds).
+TEST(EmulatedMoeFp8Tc, FewCtasWalkManyTilesAroundTheRing) {
+  for (const bool gated : {false, true}) {
+    Case c;
+    c.rows_per_expert = {150, 0, 1, 60, 0, 257};
+    c.K = 1040;
+    c.gated = gated;
+    c.sms = 2;
+    const Outcome r = run(c);
+    std::printf("%s on two CTAs: worst rel_l2 %.2e\n", gated ? "gated" : "plain", r.worst);
+  }
+}
+
+// Threads resumed in another order give the same bits.
+TEST(EmulatedMoeFp8Tc, InterleavingDoesNotChangeTheBits) {
+  Case c;
+  c.rows_per_expert = {140, 5, 0, 66};
+  c.gated = true;
+  const Outcome a = run(c);
+  c.schedule_seed = 777;
+  const Outcome b = run(c);
+  ASSERT_EQ(a.y.size(), b.y.size());
+  EXPECT_EQ(std::memcmp(a.y.data(), b.y.data(), a.y.size() * sizeof(__nv_bfloat16)), 0);
+}
+
+}  // namespace
+}  // namespace mls::ops::cuda::kernels

@@ -1,0 +1,138 @@
+// The CUDA kernel emulator: compiles a kernel source (.cu) as host C++ and runs it on the CPU,
+// for tests of a kernel's logic (its addressing, layouts, barriers and hand-overs) on machines
+// without a GPU. A translation unit includes this first, then the .cu file, with
+// src/ops/cuda/emu/include ahead of src on its include path: the PTX headers (mma_ptx.cuh,
+// wgmma_ptx.cuh, pipeline_ptx.cuh), launch.cuh and device_facts.h there replace the real ones
+// with emulations; every other header (layouts, descriptors, key addressing) is the real one.
+// What it checks and what it does not:
+//   - values: every MMA, copy and shuffle computes what the PTX defines, MMAs in double
+//     precision (the device's FP8 MMAs keep fewer bits: a numerics question for the GPU tests);
+//   - ordering: asynchronous copies and MMAs land at the latest point their PTX waits allow
+//     (cta_runtime.h), uninitialised shared memory reads as NaN, and a kernel that cannot finish
+//     is reported instead of hanging;
+//   - not: memory-model fences (threads see each other's writes at once), timing, registers
+//     (except a warpgroup reallocation's budget).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "ops/cuda/emu/cta_runtime.h"
+
+#undef __global__
+#define __global__
+#undef __device__
+#define __device__
+#undef __host__
+#define __host__
+#undef __forceinline__
+#define __forceinline__ inline
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+// A kernel's static shared variables are shared by the CTA's threads (which run one CTA at a
+// time): function statics.
+#undef __shared__
+#define __shared__ static
+
+#define threadIdx (::mls::ops::cuda::emu::coords().thread)
+#define blockIdx (::mls::ops::cuda::emu::coords().block)
+#define blockDim (::mls::ops::cuda::emu::coords().block_dim)
+#define gridDim (::mls::ops::cuda::emu::coords().grid_dim)
+
+// The runtime calls of a launcher: device 0, and errors thrown (KernelFault) rather than left.
+#define cudaGetDevice(dev) (*(dev) = 0, cudaSuccess)
+#define cudaGetLastError() cudaSuccess
+
+namespace mls::ops::cuda::emu {
+
+template <typename T>
+uint64_t to_bits(T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  return b;
+}
+template <typename T>
+T from_bits(uint64_t b) {
+  T v;
+  std::memcpy(&v, &b, sizeof(T));
+  return v;
+}
+
+}  // namespace mls::ops::cuda::emu
+
+inline void __syncthreads() {
+  ::mls::ops::cuda::emu::cta_barrier(0);
+}
+inline int __syncthreads_or(int p) {
+  return ::mls::ops::cuda::emu::cta_barrier(p) > 0;
+}
+inline int __syncthreads_and(int p) {
+  return ::mls::ops::cuda::emu::cta_barrier(!p) == 0;
+}
+inline int __syncthreads_count(int p) {
+  return ::mls::ops::cuda::emu::cta_barrier(p);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  ::mls::ops::cuda::emu::warp_exchange(mask, 0);
+}
+
+// Shuffles within segments of `width` lanes, as the intrinsics define them.
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  namespace e = ::mls::ops::cuda::emu;
+  const int lane = e::coords().linear & 31;
+  const uint64_t* s = e::warp_exchange(mask, e::to_bits(v));
+  return e::from_bits<T>(s[(lane & ~(width - 1)) + (src & (width - 1))]);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  namespace e = ::mls::ops::cuda::emu;
+  const int lane = e::coords().linear & 31;
+  const uint64_t* s = e::warp_exchange(mask, e::to_bits(v));
+  const int src = lane ^ lane_mask;
+  return (src & ~(width - 1)) > (lane & ~(width - 1)) ? v : e::from_bits<T>(s[src]);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  namespace e = ::mls::ops::cuda::emu;
+  const int lane = e::coords().linear & 31;
+  const uint64_t* s = e::warp_exchange(mask, e::to_bits(v));
+  return (lane & (width - 1)) >= static_cast<int>(delta) ? e::from_bits<T>(s[lane - delta]) : v;
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  namespace e = ::mls::ops::cuda::emu;
+  const int lane = e::coords().linear & 31;
+  const uint64_t* s = e::warp_exchange(mask, e::to_bits(v));
+  return (lane & (width - 1)) + static_cast<int>(delta) < width ? e::from_bits<T>(s[lane + delta])
+                                                                : v;
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  namespace e = ::mls::ops::cuda::emu;
+  const uint64_t* s = e::warp_exchange(mask, pred != 0);
+  unsigned bits = 0;
+  for (int i = 0; i < 32; ++i)
+    if ((mask >> i & 1) && s[i]) bits |= 1u << i;
+  return bits;
+}
+inline int __any_sync(unsigned mask, int pred) {
+  return __ballot_sync(mask, pred) != 0;
+}
+inline int __all_sync(unsigned mask, int pred) {
+  return __ballot_sync(mask, pred) == mask;
+}
+
+inline float __expf(float x) {
+  return std::exp(x);
+}
+// CUDA's integer min and max (device code calls them unqualified).
+using std::max;
+using std::min;

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mla_wgmma_kernel(const AttentionParams p, int splits, int64_t keys_per_split, float* part_o,
                      float* part_ml) {
   pdl_begin();
-  unsigned char* const smem_raw = dynamic_smem<unsigned char>();
+  extern __shared__ unsigned char smem_raw[];
   // Aligned through an integer, so its few scalar shared accesses compile to generic ones: the
   // shared-space form (align_smem_1024) measured 1.7 % slower here (bench/RESULTS.md, session 17).
   unsigned char* smem = reinterpret_cast<unsigned char*>(

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                              float* scores, int64_t ld) {
   constexpr int QT = kN / HP;
   pdl_begin();
-  unsigned char* const smem_raw = dynamic_smem<unsigned char>();
+  extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_smem_1024(smem_raw);
   unsigned char* q_s = smem + kQOff;
   float* w_s = reinterpret_cast<float*>(smem + kWOff);

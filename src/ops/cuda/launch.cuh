@@ -37,14 +37,6 @@ __device__ __forceinline__ void pdl_begin() {
   pdl_wait();
 }
 
-// The kernel's dynamic shared memory: one extern array for every kernel of a translation unit,
-// reached through a function so that the CPU kernel emulator (emu/) hands each CTA its window.
-template <typename T>
-__device__ __forceinline__ T* dynamic_smem() {
-  extern __shared__ __align__(16) unsigned char mls_dynamic_smem[];
-  return reinterpret_cast<T*>(mls_dynamic_smem);
-}
-
 inline bool pdl_enabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("MLASERVE_DISABLE_PDL");

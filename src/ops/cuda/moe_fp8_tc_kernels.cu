@@ -333,7 +333,7 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& rin
 template <bool kGated, int kSub>
 __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8GemmArgs a) {
   pdl_begin();
-  uint8_t* const smem_raw = dynamic_smem<uint8_t>();
+  extern __shared__ uint8_t smem_raw[];
   __shared__ int cum[kMoeMaxExperts + 1];
   __shared__ uint64_t full[kStages], empty[kStages];
   uint8_t* smem = align_smem_1024(smem_raw);

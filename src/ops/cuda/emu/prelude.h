@@ -49,6 +49,8 @@
 // The runtime calls of a launcher: device 0, and errors thrown (KernelFault) rather than left.
 #define cudaGetDevice(dev) (*(dev) = 0, cudaSuccess)
 #define cudaGetLastError() cudaSuccess
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, kernel, threads, smem) \
+  (*(n) = 1, cudaSuccess)
 
 namespace mls::ops::cuda::emu {
 

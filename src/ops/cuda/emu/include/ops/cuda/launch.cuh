@@ -20,11 +20,6 @@ inline bool pdl_enabled() {
   return true;
 }
 
-template <typename T>
-T* dynamic_smem() {
-  return reinterpret_cast<T*>(emu::dynamic_smem());
-}
-
 // Every kernel here is launched with __launch_bounds__(threads, 1): its register budget.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t,

@@ -1,9 +1,11 @@
 // The CUDA kernel emulator: compiles a kernel source (.cu) as host C++ and runs it on the CPU,
 // for tests of a kernel's logic (its addressing, layouts, barriers and hand-overs) on machines
-// without a GPU. A translation unit includes this first, then the .cu file, with
-// src/ops/cuda/emu/include ahead of src on its include path: the PTX headers (mma_ptx.cuh,
-// wgmma_ptx.cuh, pipeline_ptx.cuh), launch.cuh and device_facts.h there replace the real ones
-// with emulations; every other header (layouts, descriptors, key addressing) is the real one.
+// without a GPU. cmake/emulated_kernel_source.cmake writes the translation unit: this header,
+// then the .cu file with each extern __shared__ array made a pointer to the CTA's window; it
+// builds with src/ops/cuda/emu/include ahead of src on its include path, so the PTX headers
+// (mma_ptx.cuh, wgmma_ptx.cuh, pipeline_ptx.cuh), launch.cuh and device_facts.h there replace the
+// real ones with emulations; every other header (layouts, descriptors, key addressing) is the
+// real one.
 // What it checks and what it does not:
 //   - values: every MMA, copy and shuffle computes what the PTX defines, MMAs in double
 //     precision (the device's FP8 MMAs keep fewer bits: a numerics question for the GPU tests);

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -132,6 +133,47 @@ inline int __any_sync(unsigned mask, int pred) {
 }
 inline int __all_sync(unsigned mask, int pred) {
   return __ballot_sync(mask, pred) == mask;
+}
+
+inline unsigned __match_any_sync(unsigned mask, uint64_t value) {
+  namespace e = ::mls::ops::cuda::emu;
+  const uint64_t* s = e::warp_exchange(mask, value);
+  unsigned bits = 0;
+  for (int i = 0; i < 32; ++i)
+    if ((mask >> i & 1) && s[i] == value) bits |= 1u << i;
+  return bits;
+}
+
+// Fibers run one at a time and yield only at collectives: a read-modify-write is atomic, and
+// every write is visible to the others at once (fences order nothing more here).
+template <typename T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+
+inline int __popc(unsigned x) {
+  return std::popcount(x);
+}
+inline int __ffs(int x) {
+  return x == 0 ? 0 : std::countr_zero(static_cast<unsigned>(x)) + 1;
+}
+inline unsigned __float_as_uint(float x) {
+  return std::bit_cast<unsigned>(x);
+}
+inline float __uint_as_float(unsigned x) {
+  return std::bit_cast<float>(x);
 }
 
 inline float __expf(float x) {

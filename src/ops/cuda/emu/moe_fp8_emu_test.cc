@@ -1,12 +1,14 @@
-// The grouped block-FP8 experts on the tensor cores (moe_fp8_tc_kernels.cu) run by the CPU
-// emulator against the launcher's contract (moe_fp8_kernels.h) evaluated in float64: the tile
-// walk over experts with no rows, one row and several tiles, partial weight tiles and K blocks,
-// the producer's ring and its barriers, the promotions at every interval the launcher offers,
-// the gated (SwiGLU) and plain epilogues. This checks the kernel's logic on any machine; its
-// numerics on the device (FP8 MMAs keep fewer bits than the emulator's) are ops_cuda_moe_test's.
+// The grouped block-FP8 experts (moe_fp8_kernels.h: the skinny kernel of decode, its active
+// expert list, and the tensor-core kernel of prefill, moe_fp8_tc_kernels.cu) run by the CPU
+// emulator against the launchers' contract evaluated in float64: the walk over experts with no
+// rows, one row and several tiles, partial weight tiles and K blocks, the skinny kernel's passes
+// over an expert's rows, the tensor-core kernel's producer ring and its barriers and its
+// promotions at every interval the launcher offers, the gated (SwiGLU) and plain epilogues. This
+// checks the kernels' logic on any machine; their numerics on the device (FP8 MMAs keep fewer bits
+// than the emulator's) are ops_cuda_moe_test's.
 //
-// Tolerance: the emulated MMAs add exactly; the kernel's promotions add in fp32 and its output is
-// rounded to bf16 (2^-9 relative per element, about 1.1e-3 relative L2), so the FP8 linear's
+// Tolerance: the emulated MMAs add exactly; the kernels' promotions add in fp32 and their output
+// is rounded to bf16 (2^-9 relative per element, about 1.1e-3 relative L2), so the FP8 linear's
 // tolerance (4e-3 relative L2, ops_cuda_moe_test) holds with room; a wrong expert, row, scale or
 // a promotion lost (one sub-step of a K block: an eighth of it or more) would not.
 #include <cuda_bf16.h>
@@ -32,6 +34,8 @@ struct Case {
   std::vector<int32_t> rows_per_expert;
   int64_t N = 200, K = 272;  // a partial weight tile and a partial K block
   bool gated = false;
+  bool skinny = false;  // the skinny kernel (with `passes`), else the tensor-core one
+  int passes = 0;
   int promote_k = 0;
   int sms = 0;  // the emulated device's multiprocessors: 0, an H200's 132
   uint32_t seed = 1;
@@ -112,9 +116,25 @@ Outcome run(const Case& c) {
   a.N = c.N;
   a.K = c.K;
   a.gated = c.gated;
+  std::vector<int32_t> active(E + 1, -1);
+  a.active = active.data();
+  a.max_active = static_cast<int>(std::min<int64_t>(E, rows));
+  a.passes = c.passes;
   emu::set_schedule_seed(c.schedule_seed);
   emu::set_device_sms(c.sms);
-  EXPECT_EQ(launch_moe_fp8_gemm_tc(a, nullptr), cudaSuccess);
+  if (c.skinny) {
+    EXPECT_EQ(launch_moe_active_experts(offsets.data(), E, active.data(), nullptr), cudaSuccess);
+    int n = 0;
+    for (int e = 0; e < E; ++e) {
+      if (offsets[e + 1] > offsets[e]) {
+        EXPECT_EQ(active[1 + n++], e);
+      }
+    }
+    EXPECT_EQ(active[0], n);
+    EXPECT_EQ(launch_moe_fp8_gemm(a, nullptr), cudaSuccess);
+  } else {
+    EXPECT_EQ(launch_moe_fp8_gemm_tc(a, nullptr), cudaSuccess);
+  }
   emu::set_schedule_seed(0);
   emu::set_device_sms(0);
 
@@ -149,14 +169,14 @@ Outcome run(const Case& c) {
 // Experts with no rows, one row, a partial tile, and several tiles with a partial last one.
 const std::vector<int32_t> kRows = {150, 0, 1, 60, 0, 257};
 
-TEST(EmulatedMoeFp8Tc, PlainProjection) {
+TEST(EmulatedMoeFp8, PlainProjection) {
   Case c;
   c.rows_per_expert = kRows;
   const Outcome r = run(c);
   std::printf("plain, promotion every 32 K: worst rel_l2 %.2e\n", r.worst);
 }
 
-TEST(EmulatedMoeFp8Tc, GatedProjection) {
+TEST(EmulatedMoeFp8, GatedProjection) {
   Case c;
   c.rows_per_expert = kRows;
   c.gated = true;
@@ -165,7 +185,7 @@ TEST(EmulatedMoeFp8Tc, GatedProjection) {
 }
 
 // The launcher's other promotion intervals: two and four MMAs a sub-step.
-TEST(EmulatedMoeFp8Tc, EveryPromotionInterval) {
+TEST(EmulatedMoeFp8, EveryPromotionInterval) {
   for (const int promote_k : {64, 128})
     for (const bool gated : {false, true}) {
       Case c;
@@ -182,7 +202,7 @@ TEST(EmulatedMoeFp8Tc, EveryPromotionInterval) {
 // A persistent grid of two CTAs: each walks many tiles, its producer running ahead of the
 // consumers across tiles and around the ring of slots many times (K of nine blocks, more than the
 // ring holds).
-TEST(EmulatedMoeFp8Tc, FewCtasWalkManyTilesAroundTheRing) {
+TEST(EmulatedMoeFp8, FewCtasWalkManyTilesAroundTheRing) {
   for (const bool gated : {false, true}) {
     Case c;
     c.rows_per_expert = {150, 0, 1, 60, 0, 257};
@@ -194,8 +214,25 @@ TEST(EmulatedMoeFp8Tc, FewCtasWalkManyTilesAroundTheRing) {
   }
 }
 
+// The skinny kernel of decode: one to four passes over each expert's rows (plain and gated),
+// and the launcher's own choice.
+TEST(EmulatedMoeFp8, SkinnyKernelEveryPassCount) {
+  for (const int passes : {0, 1, 2, 4})
+    for (const bool gated : {false, true}) {
+      Case c;
+      c.rows_per_expert = {21, 0, 1, 9, 0, 40};
+      c.K = 400;
+      c.gated = gated;
+      c.skinny = true;
+      c.passes = passes;
+      const Outcome r = run(c);
+      std::printf("skinny, %s, %d passes: worst rel_l2 %.2e\n", gated ? "gated" : "plain", passes,
+                  r.worst);
+    }
+}
+
 // Threads resumed in another order give the same bits.
-TEST(EmulatedMoeFp8Tc, InterleavingDoesNotChangeTheBits) {
+TEST(EmulatedMoeFp8, InterleavingDoesNotChangeTheBits) {
   Case c;
   c.rows_per_expert = {140, 5, 0, 66};
   c.gated = true;

@@ -146,11 +146,25 @@ inline unsigned __match_any_sync(unsigned mask, uint64_t value) {
 
 // Fibers run one at a time and yield only at collectives: a read-modify-write is atomic, and
 // every write is visible to the others at once (fences order nothing more here).
+namespace mls::ops::cuda::emu {
 template <typename T>
-T atomicAdd(T* p, T v) {
+T fetch_add(T* p, T v) {
   const T old = *p;
   *p = old + v;
   return old;
+}
+}  // namespace mls::ops::cuda::emu
+inline int atomicAdd(int* p, int v) {
+  return ::mls::ops::cuda::emu::fetch_add(p, v);
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  return ::mls::ops::cuda::emu::fetch_add(p, v);
+}
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return ::mls::ops::cuda::emu::fetch_add(p, v);
+}
+inline float atomicAdd(float* p, float v) {
+  return ::mls::ops::cuda::emu::fetch_add(p, v);
 }
 inline void __threadfence() {}
 inline void __threadfence_block() {}

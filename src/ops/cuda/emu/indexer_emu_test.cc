@@ -1,13 +1,19 @@
-// The DSA indexer's token-group score kernel (indexer_wgmma_kernels.cu) run by the CPU emulator
-// against its contract evaluated exactly: score[t, j] = Σ_h w[t, h] · relu(scale · q[t, h] · k[j])
-// for the positions j < min(q_pos + 1, row_len, key_bound) of query t, nothing written past them.
-// Groups of 16, 8 and 4 rows (heads padded to 16, 32 and 64), groups straddling sequences, rows
-// cut short by row_len, a sequence out of range, paged and unpaged keys, and persistent CTAs that
-// take many key tiles through each warpgroup's ring.
+// The DSA indexer's kernels (indexer_topk_kernels.cu, indexer_wgmma_kernels.cu) run by the CPU
+// emulator against their contract evaluated exactly.
+// Scores: score[t, j] = Σ_h w[t, h] · relu(scale · q[t, h] · k[j]) for the positions
+// j < min(q_pos + 1, row_len, key_bound) of query t, nothing written past them; the token-group
+// kernel on warpgroup MMAs in groups of 16, 8 and 4 rows (heads padded to 16, 32 and 64), groups
+// straddling sequences, rows cut short by row_len, a sequence out of range, paged and unpaged
+// keys, persistent CTAs that take many key tiles through each warpgroup's ring.
+// Top-k (launch_indexer_topk, scores then selection): each row's topk highest-scoring positions,
+// ties to the lower position, listed ascending, then -1s; the one-token and the mma.sync
+// token-group score kernels, the register selection of rows up to 8,192 keys and the radix
+// selection of longer ones, with rows cached in shared memory and not.
 //
 // Exactness: with integer-valued q, k and w and a power-of-two scale every product and sum is an
 // integer or a small binary fraction below 2^24, exact in fp32 whatever the order (as in
-// ops_cuda_attention_test's indexer cases), so the scores must equal the reference bit for bit.
+// ops_cuda_attention_test's indexer cases), so the scores must equal the reference bit for bit,
+// and with so few distinct values the selections are full of ties.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -16,9 +22,11 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ops/cuda/emu/cta_runtime.h"
+#include "ops/cuda/indexer_topk_kernels.h"
 #include "ops/cuda/indexer_wgmma_kernels.h"
 
 namespace mls::ops::cuda::kernels {
@@ -33,7 +41,8 @@ struct Case {
   int seqs = 1;
   int block_size = 16;  // 0: unpaged (one sequence, rows = positions)
   std::vector<int32_t> q_pos, token_seq, row_len;
-  int sms = 0;  // the emulated device's multiprocessors: 0, an H200's 132
+  int sms = 0;   // the emulated device's multiprocessors: 0, an H200's 132
+  int topk = 0;  // > 0: launch_indexer_topk (scores, then the selection)
   uint32_t seed = 1;
 };
 
@@ -86,10 +95,17 @@ void check(const Case& c) {
   p.Hi = c.heads;
   p.Di = kDi;
   p.scale = 0.25f;
-  const int64_t ld = (c.ctx + 3) / 4 * 4;
+  const int64_t ld = c.topk > 0 ? indexer_scores_ld(p) : (c.ctx + 3) / 4 * 4;
   std::vector<float> scores(T * ld, NAN);
+  std::vector<int32_t> chosen(size_t{1} * T * std::max(c.topk, 1), -2);
+  p.topk = c.topk;
+  p.chosen = chosen.data();
   emu::set_device_sms(c.sms);
-  EXPECT_EQ(launch_indexer_scores_wgmma(p, 0, T, scores.data(), ld, nullptr), cudaSuccess);
+  if (c.topk > 0) {
+    EXPECT_EQ(launch_indexer_topk(p, 0, T, scores.data(), nullptr), cudaSuccess);
+  } else {
+    EXPECT_EQ(launch_indexer_scores_wgmma(p, 0, T, scores.data(), ld, nullptr), cudaSuccess);
+  }
   emu::set_device_sms(0);
 
   for (int t = 0; t < T; ++t) {
@@ -97,10 +113,13 @@ void check(const Case& c) {
     const bool seq_ok = !c.block_size || (s >= 0 && s < c.seqs);
     const int64_t n =
         seq_ok ? std::max<int64_t>(0, std::min<int64_t>({q_pos[t] + 1, row_len[t], c.ctx})) : 0;
+    std::vector<std::pair<float, int32_t>> ranked;  // (−score, position): the selection's order
     for (int64_t j = 0; j < c.ctx; ++j) {
       const float got = scores[t * ld + j];
       if (j >= n) {
-        EXPECT_TRUE(std::isnan(got)) << "query " << t << " position " << j << " written";
+        if (c.topk == 0) {
+          EXPECT_TRUE(std::isnan(got)) << "query " << t << " position " << j << " written";
+        }
         continue;
       }
       const int64_t row =
@@ -115,8 +134,20 @@ void check(const Case& c) {
                  __bfloat162float(k[row * kDi + d]);
         want += w[t * c.heads + h] * std::max(0.0, p.scale * dot);
       }
-      ASSERT_EQ(got, static_cast<float>(want)) << "query " << t << " position " << j;
+      ranked.push_back({-static_cast<float>(want), static_cast<int32_t>(j)});
+      if (n > c.topk) {
+        ASSERT_EQ(got, static_cast<float>(want)) << "query " << t << " position " << j;
+      }
     }
+    if (c.topk == 0) continue;
+    // Rows of at most topk positions keep them all without scoring.
+    std::sort(ranked.begin(), ranked.end());
+    std::vector<int32_t> want(c.topk, -1);
+    for (int i = 0; i < std::min<int>(c.topk, static_cast<int>(ranked.size())); ++i)
+      want[i] = ranked[i].second;
+    std::sort(want.begin(), want.begin() + std::min<int>(c.topk, static_cast<int>(ranked.size())));
+    const std::vector<int32_t> got(chosen.begin() + t * c.topk, chosen.begin() + (t + 1) * c.topk);
+    ASSERT_EQ(got, want) << "query " << t;
   }
 }
 
@@ -126,13 +157,13 @@ std::vector<int32_t> positions(int from, int count) {
   return v;
 }
 
-TEST(EmulatedIndexerWgmma, GroupsOfFourRowsAt64Heads) {
+TEST(EmulatedIndexerScores, GroupsOfFourRowsAt64Heads) {
   Case c;
   c.q_pos = positions(120, 30);  // a prompt's last rows: groups of 4, the last one partial
   check(c);
 }
 
-TEST(EmulatedIndexerWgmma, GroupsOfEightAndSixteenRows) {
+TEST(EmulatedIndexerScores, GroupsOfEightAndSixteenRows) {
   for (const int heads : {20, 9}) {  // padded to 32 and 16 heads
     Case c;
     c.heads = heads;
@@ -143,7 +174,7 @@ TEST(EmulatedIndexerWgmma, GroupsOfEightAndSixteenRows) {
 
 // Groups holding rows of two or three sequences (runs taken one after another), rows cut short
 // by row_len, and a row whose sequence is out of range (no keys).
-TEST(EmulatedIndexerWgmma, GroupsStraddlingSequences) {
+TEST(EmulatedIndexerScores, GroupsStraddlingSequences) {
   Case c;
   c.heads = 32;  // groups of 8 rows
   c.seqs = 3;
@@ -156,7 +187,7 @@ TEST(EmulatedIndexerWgmma, GroupsStraddlingSequences) {
   check(c);
 }
 
-TEST(EmulatedIndexerWgmma, UnpagedKeys) {
+TEST(EmulatedIndexerScores, UnpagedKeys) {
   Case c;
   c.block_size = 0;
   c.q_pos = positions(130, 9);
@@ -164,13 +195,54 @@ TEST(EmulatedIndexerWgmma, UnpagedKeys) {
 }
 
 // Two CTAs a group: each warpgroup takes several of the 11 key tiles through its ring.
-TEST(EmulatedIndexerWgmma, PersistentCtasTakeManyTiles) {
+TEST(EmulatedIndexerScores, PersistentCtasTakeManyTiles) {
   Case c;
   c.ctx = 700;
   c.block_size = 64;
   c.q_pos = positions(690, 8);
   c.sms = 2;
   check(c);
+}
+
+// ---- Scores and selection (launch_indexer_topk) ----
+
+// A decode step: a row a sequence, the one-token score kernel, the register selection; a row
+// shorter than topk keeps all its positions.
+TEST(EmulatedIndexerTopk, DecodeRowsOnTheRegisterSelection) {
+  Case c;
+  c.heads = 20;
+  c.ctx = 700;
+  c.seqs = 3;
+  c.token_seq = {0, 1, 2};
+  c.q_pos = {699, 30, 400};
+  c.topk = 64;
+  check(c);
+}
+
+// A prompt step: rows sharing their sequence take the token-group kernels (warpgroup MMAs at 64
+// heads, mma.sync groups at 8).
+TEST(EmulatedIndexerTopk, PromptRowsOnTokenGroups) {
+  for (const int heads : {64, 8}) {
+    Case c;
+    c.heads = heads;
+    c.ctx = 520;
+    c.q_pos = positions(505, 11);
+    c.topk = 128;
+    check(c);
+  }
+}
+
+// Rows past 8,192 keys take the radix selection, cached in shared memory up to 16,384 keys.
+TEST(EmulatedIndexerTopk, LongRowsOnTheRadixSelection) {
+  for (const int ctx : {9000, 17000}) {
+    Case c;
+    c.heads = 4;
+    c.ctx = ctx;
+    c.block_size = 64;
+    c.q_pos = {ctx - 1, ctx / 2};
+    c.topk = 512;
+    check(c);
+  }
 }
 
 }  // namespace

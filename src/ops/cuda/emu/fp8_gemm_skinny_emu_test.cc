@@ -22,11 +22,16 @@
 #include <random>
 #include <vector>
 
+#include "ops/cuda/emu/block_fp8_reference.h"
 #include "ops/cuda/emu/cta_runtime.h"
 #include "ops/cuda/fp8_quant_kernels.h"
 
 namespace mls::ops::cuda::kernels {
 namespace {
+
+using test::block_fp8_dot;
+using test::random_e4m3;
+using test::random_scales;
 
 constexpr double kFp8VsEmulatedTol = 4e-3;
 using bf16 = __nv_bfloat16;
@@ -39,29 +44,6 @@ struct Case {
   SkinnyKernel kernel = SkinnyKernel::kAuto;
   uint32_t seed = 1;
 };
-
-double e4m3(uint8_t b) {
-  __nv_fp8_e4m3 v;
-  std::memcpy(&v, &b, 1);
-  return static_cast<float>(v);
-}
-
-std::vector<uint8_t> random_e4m3(size_t n, std::mt19937& g) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) {
-    const __nv_fp8_e4m3 x(d(g) * 4.0f);
-    std::memcpy(&b, &x, 1);
-  }
-  return v;
-}
-
-std::vector<float> random_scales(size_t n, std::mt19937& g) {
-  std::uniform_real_distribution<float> d(0.5f, 2.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g) / 64.0f;
-  return v;
-}
 
 struct Outcome {
   std::vector<bf16> y[2];
@@ -119,13 +101,9 @@ Outcome run(const Case& c) {
     for (int64_t t = 0; t < c.T && c.N[o] > 0; ++t) {
       double e2 = 0.0, r2 = 0.0;
       for (int64_t n = 0; n < c.N[o]; ++n) {
-        double want = y0[o][t * c.N[o] + n];
-        for (int64_t kb = 0; kb < KB; ++kb) {
-          double s = 0.0;
-          for (int64_t k = kb * 128; k < std::min(c.K, (kb + 1) * 128); ++k)
-            s += e4m3(xq[t * ldq + k]) * e4m3(w[o][n * c.K + k]);
-          want += s * xs[kb * c.T + t] * ws[o][(n / 128) * KB + kb];
-        }
+        const double want =
+            y0[o][t * c.N[o] + n] +
+            block_fp8_dot(&xq[t * ldq], &xs[t], c.T, &w[o][n * c.K], &ws[o][(n / 128) * KB], c.K);
         const double got = __bfloat162float(out.y[o][t * c.N[o] + n]);
         e2 += (got - want) * (got - want);
         r2 += want * want;

@@ -22,11 +22,16 @@
 #include <random>
 #include <vector>
 
+#include "ops/cuda/emu/block_fp8_reference.h"
 #include "ops/cuda/emu/cta_runtime.h"
 #include "ops/cuda/moe_fp8_kernels.h"
 
 namespace mls::ops::cuda::kernels {
 namespace {
+
+using test::block_fp8_dot;
+using test::random_e4m3;
+using test::random_scales;
 
 constexpr double kFp8Tol = 4e-3;
 
@@ -51,29 +56,6 @@ struct Outcome {
   std::vector<__nv_bfloat16> y;
   double worst = 0.0;
 };
-
-double e4m3(uint8_t b) {
-  __nv_fp8_e4m3 v;
-  std::memcpy(&v, &b, 1);
-  return static_cast<float>(v);
-}
-
-std::vector<uint8_t> random_e4m3(size_t n, std::mt19937& g) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) {
-    const __nv_fp8_e4m3 x(d(g) * 4.0f);
-    std::memcpy(&b, &x, 1);
-  }
-  return v;
-}
-
-std::vector<float> random_scales(size_t n, std::mt19937& g) {
-  std::uniform_real_distribution<float> d(0.5f, 2.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g) / 64.0f;
-  return v;
-}
 
 Outcome run(const Case& c) {
   std::mt19937 g(c.seed);
@@ -138,16 +120,9 @@ Outcome run(const Case& c) {
   emu::set_schedule_seed(0);
   emu::set_device_sms(0);
 
-  // The contract: Σ_kb sx[r, kb] · s_e[n / 128, kb] · Σ_{k in kb} xq[r, k] · w_e[n, k].
+  // The contract (block_fp8_reference.h), SiLU(gate) · up when gated.
   const auto dot = [&](const Weights& w, int64_t r, int64_t n) {
-    double total = 0.0;
-    for (int64_t kb = 0; kb < KB; ++kb) {
-      double s = 0.0;
-      for (int64_t k = kb * 128; k < std::min(c.K, (kb + 1) * 128); ++k)
-        s += e4m3(xq[r * c.K + k]) * e4m3(w.w[n * c.K + k]);
-      total += s * xs[kb * rows + r] * w.s[(n / 128) * KB + kb];
-    }
-    return total;
+    return block_fp8_dot(&xq[r * c.K], &xs[r], rows, &w.w[n * c.K], &w.s[(n / 128) * KB], c.K);
   };
   for (int e = 0; e < E; ++e)
     for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {

@@ -254,7 +254,8 @@ Case sparse_case(int queries, int len, uint32_t seed) {
     std::vector<int32_t> list;
     for (int k = 0; k < (len + 63) / 64; ++k) {
       const int kind = static_cast<int>((g() + t + k) % 3);
-      const int n = kind == 0 ? 0 : kind == 2 ? 64 : 1 + static_cast<int>(g() % 63);
+      const int want = kind == 0 ? 0 : kind == 2 ? 64 : 1 + static_cast<int>(g() % 63);
+      const int n = std::min(want, static_cast<int>(keys.end() - next));  // keys left
       std::vector<int32_t> tile(next, next + n);
       next += n;
       for (int i = n; i < 64; ++i) tile.push_back(i % 2 ? -1 : pos + 1 + static_cast<int>(g() % 9));

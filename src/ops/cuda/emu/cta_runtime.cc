@@ -2,6 +2,11 @@
 
 #include <ucontext.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define MLS_EMU_ASAN 1
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -60,6 +65,28 @@ struct Cta {
   std::exception_ptr error;
 };
 
+// AddressSanitizer is told of every switch between the scheduler's stack and a fiber's, so that
+// it checks each against the right stack (the emulator's tests run under it).
+// A fiber learns the scheduler's stack when it first starts.
+struct Stack {
+  const void* bottom = nullptr;
+  size_t size = 0;
+};
+Stack g_scheduler_stack;
+
+void switch_to(ucontext_t* from, ucontext_t* to, Stack to_stack, bool from_ends) {
+#ifdef MLS_EMU_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(from_ends ? nullptr : &fake, to_stack.bottom, to_stack.size);
+  swapcontext(from, to);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  (void)to_stack;
+  (void)from_ends;
+  swapcontext(from, to);
+#endif
+}
+
 Cta* g_cta = nullptr;
 uint32_t g_schedule_seed = 0;
 constexpr int kH200Sms = 132;
@@ -93,6 +120,9 @@ void complete(Barrier& b) {
 }
 
 void fiber_main() {
+#ifdef MLS_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &g_scheduler_stack.bottom, &g_scheduler_stack.size);
+#endif
   Fiber& f = *g_cur;
   try {
     (*g_cta->kernel)();
@@ -105,7 +135,7 @@ void fiber_main() {
   Barrier& b = g_cta->barrier;
   if (b.arrived > 0 && b.arrived + g_cta->exited >= static_cast<int>(g_cta->fibers.size()))
     complete(b);
-  swapcontext(&f.ctx, &g_scheduler);
+  switch_to(&f.ctx, &g_scheduler, g_scheduler_stack, true);
 }
 
 std::string describe_stuck(const Cta& cta) {
@@ -147,7 +177,7 @@ void run_cta(Cta& cta, uint32_t seed) {
       if (f.ready && !f.ready()) continue;
       f.ready = nullptr;
       g_cur = &f;
-      swapcontext(&g_scheduler, &f.ctx);
+      switch_to(&g_scheduler, &f.ctx, {f.stack.get(), kStackBytes}, false);
       g_cur = nullptr;
       resumed = true;
       if (cta.error) std::rethrow_exception(cta.error);
@@ -180,7 +210,7 @@ void block_until(const std::function<bool()>& ready) {
   if (ready()) return;
   Fiber& f = current();
   f.ready = ready;
-  swapcontext(&f.ctx, &g_scheduler);
+  switch_to(&f.ctx, &g_scheduler, g_scheduler_stack, false);
 }
 
 int cta_barrier(int predicate) {

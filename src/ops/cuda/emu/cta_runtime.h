@@ -3,7 +3,8 @@
 // blocks on a collective (a CTA or named barrier, a warp shuffle or vote, an mbarrier wait, a
 // register reallocation); the scheduler then resumes the next one that can go on. When none can,
 // the kernel is stuck (a barrier some thread never reaches, an mbarrier phase that never
-// completes): run_grid throws with each thread's state instead of hanging.
+// completes): run_grid throws KernelFault, saying how many threads are live and which barriers
+// hold arrivals, instead of hanging.
 // Asynchronous work is kept per thread and done at the latest point the PTX contract allows:
 // cp.async copies when the thread waits for their group (or arrives on an mbarrier for them),
 // warpgroup MMAs when the thread waits for their commit group. A kernel that reads shared memory

@@ -20,7 +20,8 @@ inline bool pdl_enabled() {
   return true;
 }
 
-// Every kernel here is launched with __launch_bounds__(threads, 1): its register budget.
+// The registers a warpgroup reallocation moves within: those of __launch_bounds__(threads, 1),
+// which every kernel that reallocates declares.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
             Args&&... args) {

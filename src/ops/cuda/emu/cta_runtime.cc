@@ -310,8 +310,10 @@ void run_grid(Dim grid, Dim block, size_t dynamic_smem_bytes, int regs_per_threa
                       " bytes: the device allows " + std::to_string(kSmemOptin));
   const int threads = static_cast<int>(block.x * block.y * block.z);
   if (threads % 32 != 0) throw KernelFault("the emulator runs whole warps only");
+  // Left uninitialised: only the pages a fiber touches are committed.
   std::vector<std::unique_ptr<char[]>> stacks;
-  for (int i = 0; i < threads; ++i) stacks.push_back(std::make_unique<char[]>(kStackBytes));
+  for (int i = 0; i < threads; ++i)
+    stacks.push_back(std::make_unique_for_overwrite<char[]>(kStackBytes));
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {

@@ -15,16 +15,21 @@
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
 #include "ops/cuda/emu/block_fp8_reference.h"
 #include "ops/cuda/emu/cta_runtime.h"
+#include "ops/cuda/fp8_act_kernels.h"
 #include "ops/cuda/moe_fp8_kernels.h"
+#include "ops/cuda/moe_kernels.h"
+#include "ops/scratch_sizes.h"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -204,6 +209,210 @@ TEST(EmulatedMoeFp8, SkinnyKernelEveryPassCount) {
       std::printf("skinny, %s, %d passes: worst rel_l2 %.2e\n", gated ? "gated" : "plain", passes,
                   r.worst);
     }
+}
+
+// moe_align on more pairs than its warps take in one pass, with empty experts and ids out of
+// range: pairs grouped by expert, stably (ascending pair order within an expert), dropped pairs
+// at dest_row −1 and src_token −1 past the kept rows.
+TEST(EmulatedMoeFp8, AlignGroupsPairsStablyByExpert) {
+  constexpr int T = 700, k = 3, E = 12;
+  std::mt19937 g(8);
+  std::vector<int32_t> ids(T * k);
+  for (auto& id : ids) id = static_cast<int32_t>(g() % 10);  // experts 10 and 11 stay empty
+  ids[5] = -1;
+  ids[77] = E;  // out of range: dropped
+  std::vector<int32_t> src_token(T * k, -7), dest_row(T * k, -7), offsets(E + 1, -7);
+  std::vector<int32_t> workspace(ops::scratch::moe_align_ints(T * k, E));
+  ASSERT_EQ(launch_moe_align(ids.data(), T, k, k, 1, E, src_token.data(), dest_row.data(),
+                             offsets.data(), workspace.data(), nullptr),
+            cudaSuccess);
+  std::vector<int32_t> want_off(E + 1, 0), want_dest(T * k, -1), want_src(T * k, -1);
+  for (int32_t id : ids)
+    if (id >= 0 && id < E) ++want_off[id + 1];
+  for (int e = 0; e < E; ++e) want_off[e + 1] += want_off[e];
+  std::vector<int32_t> next(want_off.begin(), want_off.end() - 1);
+  for (int p = 0; p < T * k; ++p)
+    if (ids[p] >= 0 && ids[p] < E) {
+      want_dest[p] = next[ids[p]]++;
+      want_src[want_dest[p]] = p / k;
+    }
+  EXPECT_EQ(offsets, want_off);
+  EXPECT_EQ(dest_row, want_dest);
+  EXPECT_EQ(src_token, want_src);
+}
+
+// The path moe_experts_fp8 runs (ops/cuda/moe_experts_cuda.cc), tokens to tokens: the pairs
+// grouped by expert (moe_align), each token quantised once and scattered to its pairs' rows,
+// gate·up with SwiGLU, its output quantised, down, and the routing-weighted sum back into token
+// order (moe_unpermute). The reference takes the same steps in float64 with the same roundings
+// (e4m3 of x / (amax / 448) per 128-group, bf16 SwiGLU and expert outputs), so 4e-3 holds; a
+// token's row scattered to a wrong pair, or a pair's weight or expert swapped, would not.
+TEST(EmulatedMoeFp8, WholePathFromTokensToTokens) {
+  constexpr int T = 37, k = 3, E = 8;
+  constexpr int64_t H = 272, I = 144, R = T * k;  // partial K blocks both ways
+  std::mt19937 g(5);
+  std::vector<int32_t> ids(T * k);
+  std::vector<float> route_w(T * k);
+  std::uniform_real_distribution<float> wd(0.1f, 1.0f);
+  for (int t = 0; t < T; ++t) {
+    std::vector<int32_t> experts(E);
+    std::iota(experts.begin(), experts.end(), 0);
+    std::shuffle(experts.begin(), experts.end(), g);
+    for (int i = 0; i < k; ++i) {
+      ids[t * k + i] = t < 20 ? experts[i] : i;  // the later tokens all take experts 0, 1, 2
+      route_w[t * k + i] = wd(g);
+    }
+  }
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<__nv_bfloat16> x(T * H);
+  for (auto& v : x) v = __float2bfloat16(nd(g));
+  const int64_t HB = (H + 127) / 128, IB = (I + 127) / 128;
+  std::vector<Weights> gate(E), up(E), down(E);
+  std::vector<uint64_t> gt(E), gs(E), ut(E), us(E), dt(E), ds(E);
+  for (int e = 0; e < E; ++e) {
+    gate[e] = {random_e4m3(I * H, g), random_scales(IB * HB, g)};
+    up[e] = {random_e4m3(I * H, g), random_scales(IB * HB, g)};
+    down[e] = {random_e4m3(H * I, g), random_scales(HB * IB, g)};
+    gt[e] = reinterpret_cast<uint64_t>(gate[e].w.data());
+    gs[e] = reinterpret_cast<uint64_t>(gate[e].s.data());
+    ut[e] = reinterpret_cast<uint64_t>(up[e].w.data());
+    us[e] = reinterpret_cast<uint64_t>(up[e].s.data());
+    dt[e] = reinterpret_cast<uint64_t>(down[e].w.data());
+    ds[e] = reinterpret_cast<uint64_t>(down[e].s.data());
+  }
+
+  // The reference: quantise as fp8_act_rows.cuh says, then the experts in float64.
+  const auto quantise = [](const std::vector<float>& row, std::vector<uint8_t>& q,
+                           std::vector<float>& scales) {
+    const int64_t K = static_cast<int64_t>(row.size());
+    q.assign(K, 0);
+    scales.assign((K + 127) / 128, 0.0f);
+    for (int64_t kb = 0; kb * 128 < K; ++kb) {
+      float amax = 0.0f;
+      for (int64_t j = kb * 128; j < std::min(K, kb * 128 + 128); ++j)
+        amax = std::max(amax, std::abs(row[j]));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      scales[kb] = scale;
+      for (int64_t j = kb * 128; j < std::min(K, kb * 128 + 128); ++j) {
+        const __nv_fp8_e4m3 v(row[j] / scale);
+        std::memcpy(&q[j], &v, 1);
+      }
+    }
+  };
+  const auto bf16 = [](double v) {
+    return __bfloat162float(__float2bfloat16(static_cast<float>(v)));
+  };
+  std::vector<double> want(T * H, 0.0);
+  for (int t = 0; t < T; ++t) {
+    std::vector<float> xr(H);
+    for (int64_t j = 0; j < H; ++j) xr[j] = __bfloat162float(x[t * H + j]);
+    std::vector<uint8_t> xq;
+    std::vector<float> xs;
+    quantise(xr, xq, xs);
+    for (int i = 0; i < k; ++i) {
+      const int e = ids[t * k + i];
+      std::vector<float> h(I);
+      for (int64_t n = 0; n < I; ++n) {
+        const double gv = block_fp8_dot(xq.data(), xs.data(), 1, &gate[e].w[n * H],
+                                        &gate[e].s[(n / 128) * HB], H);
+        const double uv =
+            block_fp8_dot(xq.data(), xs.data(), 1, &up[e].w[n * H], &up[e].s[(n / 128) * HB], H);
+        h[n] = bf16(gv / (1.0 + std::exp(-gv)) * uv);
+      }
+      std::vector<uint8_t> hq;
+      std::vector<float> hs;
+      quantise(h, hq, hs);
+      for (int64_t n = 0; n < H; ++n)
+        want[t * H + n] +=
+            route_w[t * k + i] * bf16(block_fp8_dot(hq.data(), hs.data(), 1, &down[e].w[n * I],
+                                                    &down[e].s[(n / 128) * IB], I));
+    }
+  }
+
+  for (const bool skinny : {false, true}) {
+    std::vector<int32_t> src_token(R), dest_row(R), offsets(E + 1);
+    std::vector<int32_t> workspace(ops::scratch::moe_align_ints(R, E));
+    ASSERT_EQ(launch_moe_align(ids.data(), T, k, k, 1, E, src_token.data(), dest_row.data(),
+                               offsets.data(), workspace.data(), nullptr),
+              cudaSuccess);
+    std::vector<uint8_t> xbuf(ops::scratch::fp8_act_bytes(R, H)),
+        hbuf(ops::scratch::fp8_act_bytes(R, I));
+    const auto [xq, ldx, xs] = fp8_act_buffer(xbuf.data(), R, H);
+    const auto [hq, ldh, hs] = fp8_act_buffer(hbuf.data(), R, I);
+    std::vector<int32_t> active(E + 1);
+    if (skinny) {
+      ASSERT_EQ(launch_moe_active_experts(offsets.data(), E, active.data(), nullptr), cudaSuccess);
+    }
+    ASSERT_EQ(launch_quantize_fp8_act_scatter(x.data(), H, dest_row.data(), k, T, H, R, ldx, R, xq,
+                                              xs, nullptr),
+              cudaSuccess);
+    std::vector<__nv_bfloat16> h(R * I), y(R * H);
+    MoeFp8GemmArgs a{.w1 = gt.data(),
+                     .s1 = gs.data(),
+                     .w2 = ut.data(),
+                     .s2 = us.data(),
+                     .sw_ld = HB,
+                     .xq = xq,
+                     .ldq = ldx,
+                     .x_scale = xs,
+                     .x_scale_ld = R,
+                     .offsets = offsets.data(),
+                     .active = active.data(),
+                     .max_active = E,
+                     .experts = E,
+                     .rows = R,
+                     .y = h.data(),
+                     .ldy = I,
+                     .N = I,
+                     .K = H,
+                     .gated = true};
+    const auto gemm = skinny ? launch_moe_fp8_gemm : launch_moe_fp8_gemm_tc;
+    ASSERT_EQ(gemm(a, nullptr), cudaSuccess);
+    ASSERT_EQ(launch_quantize_fp8_act(h.data(), I, R, I, ldh, R, hq, hs, nullptr), cudaSuccess);
+    a.w1 = dt.data();
+    a.s1 = ds.data();
+    a.w2 = a.s2 = nullptr;
+    a.sw_ld = IB;
+    a.xq = hq;
+    a.ldq = ldh;
+    a.x_scale = hs;
+    a.y = y.data();
+    a.ldy = H;
+    a.N = H;
+    a.K = I;
+    a.gated = false;
+    ASSERT_EQ(gemm(a, nullptr), cudaSuccess);
+    std::vector<float> out(T * H, NAN);
+    UnpermuteArgs u{.y = y.data(),
+                    .y_dtype = DType::kBF16,
+                    .y_rows = R,
+                    .y_stride = H,
+                    .dest_row = dest_row.data(),
+                    .d_s0 = k,
+                    .d_s1 = 1,
+                    .weights = route_w.data(),
+                    .w_s0 = k,
+                    .w_s1 = 1,
+                    .out = out.data(),
+                    .out_dtype = DType::kF32,
+                    .out_stride = H,
+                    .T = T,
+                    .H = H,
+                    .k = k};
+    ASSERT_EQ(launch_moe_unpermute(u, nullptr), cudaSuccess);
+    double worst = 0.0;
+    for (int t = 0; t < T; ++t) {
+      double e2 = 0.0, r2 = 0.0;
+      for (int64_t n = 0; n < H; ++n) {
+        e2 += (out[t * H + n] - want[t * H + n]) * (out[t * H + n] - want[t * H + n]);
+        r2 += want[t * H + n] * want[t * H + n];
+      }
+      const double rel = std::sqrt(e2 / r2);
+      EXPECT_LE(rel, kFp8Tol) << (skinny ? "skinny" : "tensor cores") << ", token " << t;
+      worst = std::max(worst, std::isnan(rel) ? INFINITY : rel);
+    }
+    std::printf("whole path, %s: worst rel_l2 %.2e\n", skinny ? "skinny" : "tensor cores", worst);
+  }
 }
 
 // Threads resumed in another order give the same bits.

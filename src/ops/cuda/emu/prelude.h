@@ -190,6 +190,56 @@ inline float __uint_as_float(unsigned x) {
   return std::bit_cast<float>(x);
 }
 
+// Warp reductions (sm_80+) over the lanes of the mask.
+template <typename T, typename Op>
+T reduce_sync(unsigned mask, T v, Op op) {
+  const uint64_t* s = ::mls::ops::cuda::emu::warp_exchange(mask, ::mls::ops::cuda::emu::to_bits(v));
+  bool first = true;
+  T r{};
+  for (int i = 0; i < 32; ++i)
+    if (mask >> i & 1) {
+      const T x = ::mls::ops::cuda::emu::from_bits<T>(s[i]);
+      r = first ? x : op(r, x);
+      first = false;
+    }
+  return r;
+}
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
+  return reduce_sync(mask, v, [](unsigned a, unsigned b) { return a > b ? a : b; });
+}
+inline int __reduce_max_sync(unsigned mask, int v) {
+  return reduce_sync(mask, v, [](int a, int b) { return a > b ? a : b; });
+}
+inline unsigned __reduce_min_sync(unsigned mask, unsigned v) {
+  return reduce_sync(mask, v, [](unsigned a, unsigned b) { return a < b ? a : b; });
+}
+inline int __reduce_min_sync(unsigned mask, int v) {
+  return reduce_sync(mask, v, [](int a, int b) { return a < b ? a : b; });
+}
+inline unsigned __reduce_add_sync(unsigned mask, unsigned v) {
+  return reduce_sync(mask, v, [](unsigned a, unsigned b) { return a + b; });
+}
+inline int __reduce_add_sync(unsigned mask, int v) {
+  return reduce_sync(mask, v, [](int a, int b) { return a + b; });
+}
+
+inline int __clz(unsigned x) {
+  return std::countl_zero(x);
+}
+// Round-to-nearest float operations that the device keeps from fusing: plain ones on the host
+// (which does not contract them across statements either).
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
+inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
+inline float __fdiv_rn(float a, float b) {
+  return a / b;
+}
+using std::isinf;
+using std::isnan;
+
 inline float __expf(float x) {
   return std::exp(x);
 }

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "core/cuda_context.h"
+#include "ops/cuda/sample_row_params.h"
 #include "ops/cuda/sampling_kernels.h"
 #include "ops/sampling.h"
 
@@ -30,18 +31,7 @@ void sample_rows(const Tensor& logits, std::span<const RowSampling> rows, Tensor
     a.logits = logits.data<float>() + first * a.stride;
     a.ids = ids.data<int32_t>() + first * a.ids_stride;
     a.logprobs = logprobs.data<float>() + first * a.lp_stride;
-    for (int i = 0; i < a.R; ++i) {
-      const RowSampling& p = rows[first + i];
-      kernels::SampleRow& k = a.rows[i];
-      k.greedy = p.temperature <= 0;
-      // Any top_k at or above V leaves every candidate in, as the CPU op does.
-      k.top_k = p.top_k > 0 && p.top_k < V ? static_cast<int32_t>(p.top_k) : 0;
-      k.inv_t = k.greedy ? 0.0f : static_cast<float>(1.0 / p.temperature);
-      k.min_p = static_cast<float>(p.min_p);
-      k.top_p = p.top_p;
-      // The CPU op's draw_target: r = u · 2^53, clamped below 2^53.
-      k.r = static_cast<uint64_t>(std::clamp(p.uniform * 0x1p53, 0.0, 0x1p53 - 1));
-    }
+    for (int i = 0; i < a.R; ++i) a.rows[i] = sample_row_params(rows[first + i], V);
     mls::cuda::check(kernels::launch_sample_rows(a, mls::cuda::stream()), "sample_rows");
   }
 }

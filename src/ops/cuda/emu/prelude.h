@@ -52,6 +52,7 @@
 // The runtime calls of a launcher: device 0, and errors thrown (KernelFault) rather than left.
 #define cudaGetDevice(dev) (*(dev) = 0, cudaSuccess)
 #define cudaGetLastError() cudaSuccess
+#define cudaFuncSetAttribute(kernel, attribute, value) cudaSuccess
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, kernel, threads, smem) \
   (*(n) = 1, cudaSuccess)
 
@@ -163,6 +164,11 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   return ::mls::ops::cuda::emu::fetch_add(p, v);
 }
+inline int atomicMin(int* p, int v) {
+  const int old = *p;
+  *p = v < old ? v : old;
+  return old;
+}
 inline float atomicAdd(float* p, float v) {
   return ::mls::ops::cuda::emu::fetch_add(p, v);
 }
@@ -236,6 +242,25 @@ inline float __fmul_rn(float a, float b) {
 }
 inline float __fdiv_rn(float a, float b) {
   return a / b;
+}
+inline double __dsub_rn(double a, double b) {
+  return a - b;
+}
+inline double __dmul_rn(double a, double b) {
+  return a * b;
+}
+// Conversions in the host's default rounding (to nearest) or truncating casts (toward zero).
+inline double __ull2double_rn(unsigned long long x) {
+  return static_cast<double>(x);
+}
+inline unsigned long long __double2ull_rz(double x) {
+  return static_cast<unsigned long long>(x);
+}
+inline float __double2float_rn(double x) {
+  return static_cast<float>(x);
+}
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
 using std::isinf;
 using std::isnan;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -295,6 +296,14 @@ void set_schedule_seed(uint32_t seed) {
   g_schedule_seed = seed;
 }
 
+uint32_t default_schedule_seed() {
+  static const uint32_t seed = [] {
+    const char* v = std::getenv("MLS_EMU_SCHEDULE_SEED");
+    return v != nullptr ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 0u;
+  }();
+  return seed;
+}
+
 int device_sms() {
   return g_device_sms;
 }
@@ -304,7 +313,7 @@ void set_device_sms(int sms) {
 
 void run_grid(Dim grid, Dim block, size_t dynamic_smem_bytes, int regs_per_thread,
               const std::function<void()>& kernel) {
-  const uint32_t seed = g_schedule_seed;
+  const uint32_t seed = g_schedule_seed != 0 ? g_schedule_seed : default_schedule_seed();
   if (dynamic_smem_bytes > kSmemOptin)
     throw KernelFault("dynamic shared memory of " + std::to_string(dynamic_smem_bytes) +
                       " bytes: the device allows " + std::to_string(kSmemOptin));

@@ -82,8 +82,10 @@ void run_grid(Dim grid, Dim block, size_t dynamic_smem_bytes, int regs_per_threa
 int device_sms();
 void set_device_sms(int sms);
 
-// The order in which later launches resume runnable threads: round robin (0, the default) or a
-// random order drawn from `seed`, to run another interleaving of the same program.
+// The order in which later launches resume runnable threads: a random order drawn from `seed`,
+// to run another interleaving of the same program, or with 0 the default order: round robin, or
+// the random order of MLS_EMU_SCHEDULE_SEED when the environment sets it (CTest runs every
+// emulated test a second time so).
 void set_schedule_seed(uint32_t seed);
 
 }  // namespace mls::ops::cuda::emu

@@ -22,9 +22,13 @@ inline void wgmma_fence() {}
 inline void wgmma_commit() {
   emu::async_commit(emu::AsyncKind::kMma);
 }
+// wgmma.wait_group is warp-synchronous (.sync.aligned): a warp's lanes leave it together, each
+// with its part of the MMAs done, so what one lane does next (release a slot, say) stands for
+// its warp. Other warps of the warpgroup are not waited for.
 template <int N>
 inline void wgmma_wait() {
   emu::async_wait(emu::AsyncKind::kMma, N);
+  emu::warp_exchange(0xffffffffu, 0);
 }
 template <int N>
 inline void wgmma_fence_operands(float (&)[N]) {}

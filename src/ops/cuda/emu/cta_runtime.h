@@ -1,7 +1,8 @@
 // The CPU runtime under the CUDA kernel emulator (see prelude.h): a grid's CTAs run one after
 // another, each CTA's threads as cooperative fibers on the calling thread. A fiber runs until it
-// blocks on a collective (a CTA or named barrier, a warp shuffle or vote, an mbarrier wait, a
-// register reallocation); the scheduler then resumes the next one that can go on. When none can,
+// blocks on a collective (a CTA or named barrier; a warp collective: shuffle, vote, ldmatrix,
+// mma.sync, the wgmma wait; an mbarrier wait; a register reallocation); the scheduler then
+// resumes the next one that can go on. When none can,
 // the kernel is stuck (a barrier some thread never reaches, an mbarrier phase that never
 // completes): run_grid throws KernelFault, saying how many threads are live and which barriers
 // hold arrivals, instead of hanging.

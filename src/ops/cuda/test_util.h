@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/copy.h"
+#include "ops/cuda/block_fp8_reference.h"
 #include "ops/linear.h"
 #include "ops/test_inputs.h"
 
@@ -129,21 +130,18 @@ inline Tensor upload_fp8(const Fp8Weight& w) {
 }
 
 // The activation quantisation the GPU applies, emulated: per token and 128-group along K,
-// scale = amax / 448 (1 for an all-zero group), x ≈ e4m3(x / scale) · scale.
+// scale = amax / 448 (1 for an all-zero group), x ≈ e4m3(x / scale) · scale (quantise_act_row).
 inline Tensor emulate_act_quant(const Tensor& x) {
   const int64_t T = x.dim(0), K = x.dim(1);
   Tensor r = Tensor::empty(x.shape(), DType::kF32, MemTag::kActivation);
-  const float* fx = x.data<float>();
-  float* fr = r.data<float>();
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k0 = 0; k0 < K; k0 += 128) {
-      const int64_t k1 = std::min(K, k0 + 128);
-      float amax = 0.0f;
-      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(fx[t * K + k]));
-      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
-      for (int64_t k = k0; k < k1; ++k)
-        fr[t * K + k] = fp8e4m3_to_f32(f32_to_fp8e4m3(fx[t * K + k] / s)) * s;
-    }
+  std::vector<uint8_t> q(K);
+  std::vector<float> scales((K + 127) / 128);
+  for (int64_t t = 0; t < T; ++t) {
+    cuda::kernels::test::quantise_act_row(x.data<float>() + t * K, K, q.data(), scales.data());
+    for (int64_t k = 0; k < K; ++k)
+      r.data<float>()[t * K + k] =
+          static_cast<float>(cuda::kernels::test::e4m3(q[k])) * scales[k / 128];
+  }
   return r;
 }
 

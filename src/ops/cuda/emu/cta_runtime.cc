@@ -28,9 +28,36 @@ constexpr int kNamedBarriers = 16;
 
 alignas(1024) unsigned char g_window[kSmemOptin + kDynamicOffset];
 
+// A cp.async: `size` bytes to dst, the first `bytes` from src and the rest zeros.
+struct Copy {
+  void* dst;
+  const void* src;
+  int size, bytes;
+};
+void run(Copy& c) {
+  std::memcpy(c.dst, c.src, c.bytes);
+  std::memset(static_cast<unsigned char*>(c.dst) + c.bytes, 0, c.size - c.bytes);
+}
+void run(std::function<void()>& mma) {
+  mma();
+}
+
+// A thread's asynchronous operations of one kind: the open group, then the committed ones.
+template <typename Op>
 struct AsyncQueue {
-  std::vector<std::function<void()>> open;
-  std::deque<std::vector<std::function<void()>>> closed;
+  std::vector<Op> open;
+  std::deque<std::vector<Op>> closed;
+  void commit() {
+    closed.push_back(std::move(open));
+    open.clear();
+  }
+  // Runs every committed group but the `keep` newest, oldest first.
+  void drain(size_t keep) {
+    while (closed.size() > keep) {
+      for (Op& op : closed.front()) run(op);
+      closed.pop_front();
+    }
+  }
 };
 
 struct Fiber {
@@ -39,7 +66,8 @@ struct Fiber {
   ThreadCoords coords;
   std::function<bool()> ready;  // empty: runnable
   bool done = false;
-  AsyncQueue queues[2];
+  AsyncQueue<Copy> copies;
+  AsyncQueue<std::function<void()>> mmas;
 };
 
 struct Barrier {
@@ -100,18 +128,10 @@ Fiber& current() {
   return *g_cur;
 }
 
-void run_group(std::vector<std::function<void()>>& group) {
-  for (auto& work : group) work();
-}
-
 void flush_copies(Fiber& f) {
-  AsyncQueue& q = f.queues[static_cast<int>(AsyncKind::kCopy)];
-  while (!q.closed.empty()) {
-    run_group(q.closed.front());
-    q.closed.pop_front();
-  }
-  run_group(q.open);
-  q.open.clear();
+  f.copies.drain(0);
+  for (Copy& c : f.copies.open) run(c);
+  f.copies.open.clear();
 }
 
 void complete(Barrier& b) {
@@ -253,22 +273,22 @@ const uint64_t* warp_exchange(uint32_t mask, uint64_t value) {
   return w.slots[gen & 1];
 }
 
-void async_push(AsyncKind kind, std::function<void()> work) {
-  current().queues[static_cast<int>(kind)].open.push_back(std::move(work));
+void copy_async(void* dst, const void* src, int size, int bytes) {
+  current().copies.open.push_back({dst, src, size, bytes});
+}
+
+void mma_async(std::function<void()> work) {
+  current().mmas.open.push_back(std::move(work));
 }
 
 void async_commit(AsyncKind kind) {
-  AsyncQueue& q = current().queues[static_cast<int>(kind)];
-  q.closed.push_back(std::move(q.open));
-  q.open.clear();
+  Fiber& f = current();
+  kind == AsyncKind::kCopy ? f.copies.commit() : f.mmas.commit();
 }
 
 void async_wait(AsyncKind kind, int keep) {
-  AsyncQueue& q = current().queues[static_cast<int>(kind)];
-  while (static_cast<int>(q.closed.size()) > keep) {
-    run_group(q.closed.front());
-    q.closed.pop_front();
-  }
+  Fiber& f = current();
+  kind == AsyncKind::kCopy ? f.copies.drain(keep) : f.mmas.drain(keep);
 }
 
 void async_flush_copies() {

@@ -59,10 +59,13 @@ void named_barrier(int id, int threads);
 // each gets the 32 slots (lanes outside the mask hold garbage).
 const uint64_t* warp_exchange(uint32_t mask, uint64_t value);
 
-// Per-thread asynchronous work, run in order: async_commit closes the open cp.async or MMA
-// group; async_wait(kind, keep) runs every closed group of that kind but the `keep` newest.
+// Per-thread asynchronous work, run in order: a cp.async (`size` bytes to dst, the first `bytes`
+// from src and the rest zeros) or a warpgroup MMA joins the thread's open group of its kind;
+// async_commit closes it; async_wait(kind, keep) runs every closed group of that kind but the
+// `keep` newest.
 enum class AsyncKind { kCopy, kMma };
-void async_push(AsyncKind kind, std::function<void()> work);
+void copy_async(void* dst, const void* src, int size, int bytes);
+void mma_async(std::function<void()> work);
 void async_commit(AsyncKind kind);
 void async_wait(AsyncKind kind, int keep);
 // Runs every copy of the thread, committed or not (an mbarrier arrival that tracks them).

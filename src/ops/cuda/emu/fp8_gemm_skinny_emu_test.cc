@@ -22,7 +22,7 @@
 #include <random>
 #include <vector>
 
-#include "ops/cuda/emu/block_fp8_reference.h"
+#include "ops/cuda/block_fp8_reference.h"
 #include "ops/cuda/emu/cta_runtime.h"
 #include "ops/cuda/fp8_quant_kernels.h"
 

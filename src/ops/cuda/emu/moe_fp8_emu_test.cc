@@ -24,9 +24,9 @@
 #include <random>
 #include <vector>
 
-#include "ops/cuda/emu/block_fp8_reference.h"
+#include "ops/cuda/block_fp8_reference.h"
 #include "ops/cuda/emu/cta_runtime.h"
-#include "ops/cuda/fp8_act_kernels.h"
+#include "ops/cuda/moe_experts_fp8_launch.h"
 #include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/scratch_sizes.h"
@@ -241,12 +241,12 @@ TEST(EmulatedMoeFp8, AlignGroupsPairsStablyByExpert) {
   EXPECT_EQ(src_token, want_src);
 }
 
-// The path moe_experts_fp8 runs (ops/cuda/moe_experts_cuda.cc), tokens to tokens: the pairs
-// grouped by expert (moe_align), each token quantised once and scattered to its pairs' rows,
-// gate·up with SwiGLU, its output quantised, down, and the routing-weighted sum back into token
-// order (moe_unpermute). The reference takes the same steps in float64 with the same roundings
-// (e4m3 of x / (amax / 448) per 128-group, bf16 SwiGLU and expert outputs), so 4e-3 holds; a
-// token's row scattered to a wrong pair, or a pair's weight or expert swapped, would not.
+// The path moe_experts_fp8 runs, tokens to tokens: the pairs grouped by expert (moe_align), the
+// op's own launches (launch_moe_experts_fp8: each token quantised once and scattered to its pairs'
+// rows, gate·up with SwiGLU, its output quantised, down), and the routing-weighted sum back into
+// token order (moe_unpermute). The reference takes the same steps in float64 with the same
+// roundings (e4m3 of x / (amax / 448) per 128-group, bf16 SwiGLU and expert outputs), so 4e-3
+// holds; a token's row scattered to a wrong pair, or a pair's weight or expert swapped, would not.
 TEST(EmulatedMoeFp8, WholePathFromTokensToTokens) {
   constexpr int T = 37, k = 3, E = 8;
   constexpr int64_t H = 272, I = 144, R = T * k;  // partial K blocks both ways
@@ -281,23 +281,12 @@ TEST(EmulatedMoeFp8, WholePathFromTokensToTokens) {
     ds[e] = reinterpret_cast<uint64_t>(down[e].s.data());
   }
 
-  // The reference: quantise as fp8_act_rows.cuh says, then the experts in float64.
+  // The reference: quantised as fp8_act_rows.cuh says, then the experts in float64.
   const auto quantise = [](const std::vector<float>& row, std::vector<uint8_t>& q,
                            std::vector<float>& scales) {
-    const int64_t K = static_cast<int64_t>(row.size());
-    q.assign(K, 0);
-    scales.assign((K + 127) / 128, 0.0f);
-    for (int64_t kb = 0; kb * 128 < K; ++kb) {
-      float amax = 0.0f;
-      for (int64_t j = kb * 128; j < std::min(K, kb * 128 + 128); ++j)
-        amax = std::max(amax, std::abs(row[j]));
-      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-      scales[kb] = scale;
-      for (int64_t j = kb * 128; j < std::min(K, kb * 128 + 128); ++j) {
-        const __nv_fp8_e4m3 v(row[j] / scale);
-        std::memcpy(&q[j], &v, 1);
-      }
-    }
+    q.resize(row.size());
+    scales.resize((row.size() + 127) / 128);
+    test::quantise_act_row(row.data(), static_cast<int64_t>(row.size()), q.data(), scales.data());
   };
   const auto bf16 = [](double v) {
     return __bfloat162float(__float2bfloat16(static_cast<float>(v)));
@@ -335,53 +324,34 @@ TEST(EmulatedMoeFp8, WholePathFromTokensToTokens) {
     ASSERT_EQ(launch_moe_align(ids.data(), T, k, k, 1, E, src_token.data(), dest_row.data(),
                                offsets.data(), workspace.data(), nullptr),
               cudaSuccess);
-    std::vector<uint8_t> xbuf(ops::scratch::fp8_act_bytes(R, H)),
-        hbuf(ops::scratch::fp8_act_bytes(R, I));
-    const auto [xq, ldx, xs] = fp8_act_buffer(xbuf.data(), R, H);
-    const auto [hq, ldh, hs] = fp8_act_buffer(hbuf.data(), R, I);
-    std::vector<int32_t> active(E + 1);
-    if (skinny) {
-      ASSERT_EQ(launch_moe_active_experts(offsets.data(), E, active.data(), nullptr), cudaSuccess);
-    }
-    ASSERT_EQ(launch_quantize_fp8_act_scatter(x.data(), H, dest_row.data(), k, T, H, R, ldx, R, xq,
-                                              xs, nullptr),
-              cudaSuccess);
+    std::vector<uint8_t> scratch(ops::scratch::moe_experts_fp8_bytes(R, H, I, E));
     std::vector<__nv_bfloat16> h(R * I), y(R * H);
-    MoeFp8GemmArgs a{.w1 = gt.data(),
-                     .s1 = gs.data(),
-                     .w2 = ut.data(),
-                     .s2 = us.data(),
-                     .sw_ld = HB,
-                     .xq = xq,
-                     .ldq = ldx,
-                     .x_scale = xs,
-                     .x_scale_ld = R,
-                     .offsets = offsets.data(),
-                     .active = active.data(),
-                     .max_active = E,
-                     .experts = E,
-                     .rows = R,
-                     .y = h.data(),
-                     .ldy = I,
-                     .N = I,
-                     .K = H,
-                     .gated = true};
-    const auto gemm = skinny ? launch_moe_fp8_gemm : launch_moe_fp8_gemm_tc;
-    ASSERT_EQ(gemm(a, nullptr), cudaSuccess);
-    ASSERT_EQ(launch_quantize_fp8_act(h.data(), I, R, I, ldh, R, hq, hs, nullptr), cudaSuccess);
-    a.w1 = dt.data();
-    a.s1 = ds.data();
-    a.w2 = a.s2 = nullptr;
-    a.sw_ld = IB;
-    a.xq = hq;
-    a.ldq = ldh;
-    a.x_scale = hs;
-    a.y = y.data();
-    a.ldy = H;
-    a.N = H;
-    a.K = I;
-    a.gated = false;
-    ASSERT_EQ(gemm(a, nullptr), cudaSuccess);
+    const MoeExpertsFp8Status st = launch_moe_experts_fp8({.x = x.data(),
+                                                           .ldx = H,
+                                                           .T = T,
+                                                           .dest_row = dest_row.data(),
+                                                           .fan = k,
+                                                           .offsets = offsets.data(),
+                                                           .experts = E,
+                                                           .gate = gt.data(),
+                                                           .gate_scale = gs.data(),
+                                                           .up = ut.data(),
+                                                           .up_scale = us.data(),
+                                                           .down = dt.data(),
+                                                           .down_scale = ds.data(),
+                                                           .gate_up_scale_ld = HB,
+                                                           .down_scale_ld = IB,
+                                                           .hidden = H,
+                                                           .inter = I,
+                                                           .rows = R,
+                                                           .h = h.data(),
+                                                           .ldh = I,
+                                                           .y = y.data(),
+                                                           .ldy = H,
+                                                           .scratch = scratch.data(),
+                                                           .skinny = skinny},
+                                                          nullptr);
+    ASSERT_EQ(st.error, cudaSuccess) << st.step;
     std::vector<float> out(T * H, NAN);
     UnpermuteArgs u{.y = y.data(),
                     .y_dtype = DType::kBF16,

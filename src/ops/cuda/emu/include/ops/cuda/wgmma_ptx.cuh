@@ -94,9 +94,8 @@ template <typename In, int N, bool kBNMajor, int R>
 void issue(float (&d)[R], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   static_assert(R == N / 2, "a 64 × N fragment is N / 2 floats a thread");
   float* dp = d;
-  emu::async_push(emu::AsyncKind::kMma, [dp, desc_a, desc_b, accumulate] {
-    mma<In, N, kBNMajor>(dp, desc_a, desc_b, accumulate);
-  });
+  emu::mma_async(
+      [dp, desc_a, desc_b, accumulate] { mma<In, N, kBNMajor>(dp, desc_a, desc_b, accumulate); });
 }
 
 }  // namespace emu_detail

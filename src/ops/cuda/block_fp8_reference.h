@@ -1,11 +1,13 @@
-// Inputs and the float64 reference of the block-FP8 GEMM contract shared by the emulated FP8
-// kernels' tests (fp8_quant_kernels.h, moe_fp8_kernels.h):
+// Host references of block FP8 shared by the FP8 kernels' tests (on the GPU and on the emulator):
+// the activations' quantisation (fp8_act_rows.cuh's rule), inputs, and the float64 GEMM contract
+// (fp8_quant_kernels.h, moe_fp8_kernels.h):
 //   y[r, n] = Σ_kb sx[r, kb] · sw[n / 128, kb] · Σ_{k in block kb} xq[r, k] · w[n, k].
 #pragma once
 
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -36,6 +38,22 @@ inline std::vector<float> random_scales(size_t n, std::mt19937& g) {
   std::vector<float> v(n);
   for (auto& x : v) x = d(g) / 64.0f;
   return v;
+}
+
+// A row of K values quantised as the FP8 linears' activations are: per 128-group a scale of
+// amax / 448 (1 for an all-zero group) and q = x / scale rounded to e4m3, saturating.
+inline void quantise_act_row(const float* x, int64_t K, uint8_t* q, float* scales) {
+  for (int64_t k0 = 0; k0 < K; k0 += 128) {
+    const int64_t k1 = std::min(K, k0 + 128);
+    float amax = 0.0f;
+    for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    scales[k0 / 128] = scale;
+    for (int64_t k = k0; k < k1; ++k) {
+      const __nv_fp8_e4m3 v(x[k] / scale);
+      std::memcpy(&q[k], &v, 1);
+    }
+  }
 }
 
 // One output of the contract: x a row of K e4m3 bytes with its scale of block kb at

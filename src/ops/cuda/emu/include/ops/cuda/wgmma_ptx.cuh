@@ -1,5 +1,6 @@
 // Emulation (prelude.h) of ops/cuda/wgmma_ptx.cuh: each thread's MMA is queued and, when the
-// thread waits for its commit group, computes that thread's accumulator fragment (thread
+// thread waits for its commit group, checks that its shared-memory operands still hold what they
+// held at its issue and computes that thread's accumulator fragment (thread
 // (warp w, lane l) of the warpgroup: rows 16w + l/4 (+8), columns 8j + 2(l%4) (+1) at
 // d[4j .. 4j + 3]) from shared memory, read through the descriptor as the device reads it:
 // start address, leading and stride byte offsets, 128-byte swizzle on the address bits.
@@ -10,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "ops/cuda/emu/cta_runtime.h"
@@ -90,12 +92,52 @@ void mma(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     }
 }
 
+// A digest of the shared-memory operands this thread's fragment reads: its rows of A (when A is
+// in shared memory: desc_a non-null) and its columns of B.
+template <typename In, int N, bool kBNMajor>
+uint64_t operand_digest(const uint64_t* desc_a, uint64_t desc_b) {
+  constexpr int K = 32 / sizeof(In);
+  const Desc b = decode(desc_b);
+  const int x = emu::coords().linear & 127, w = x / 32, l = x % 32;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the values' bits
+  const auto mix = [&h](float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    h = (h ^ bits) * 1099511628211ull;
+  };
+  if (desc_a) {
+    const Desc a = decode(*desc_a);
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < K; ++k) mix(k_major<In>(a, 16 * w + l / 4 + 8 * r, k));
+  }
+  for (int j = 0; j < N / 8; ++j)
+    for (int c = 0; c < 2; ++c)
+      for (int k = 0; k < K; ++k) {
+        const int col = 8 * j + 2 * (l % 4) + c;
+        mix(kBNMajor ? n_major<In>(b, k, col) : k_major<In>(b, col, k));
+      }
+  return h;
+}
+
+// The device may read an MMA's shared-memory operands at any time between its issue and its
+// wait, the emulator reads them at the wait: so they are also read at the issue, and a
+// difference (a write racing the MMA's reads, before or after them) is reported.
+inline void check_operands_stable(uint64_t at_issue, uint64_t at_wait) {
+  if (at_issue != at_wait)
+    throw emu::KernelFault(
+        "wgmma: a shared-memory operand changed between the MMA's issue and its wait (a write "
+        "racing its reads)");
+}
+
 template <typename In, int N, bool kBNMajor, int R>
 void issue(float (&d)[R], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   static_assert(R == N / 2, "a 64 × N fragment is N / 2 floats a thread");
   float* dp = d;
-  emu::mma_async(
-      [dp, desc_a, desc_b, accumulate] { mma<In, N, kBNMajor>(dp, desc_a, desc_b, accumulate); });
+  const uint64_t at_issue = operand_digest<In, N, kBNMajor>(&desc_a, desc_b);
+  emu::mma_async([dp, desc_a, desc_b, accumulate, at_issue] {
+    check_operands_stable(at_issue, operand_digest<In, N, kBNMajor>(&desc_a, desc_b));
+    mma<In, N, kBNMajor>(dp, desc_a, desc_b, accumulate);
+  });
 }
 
 }  // namespace emu_detail

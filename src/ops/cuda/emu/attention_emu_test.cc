@@ -273,6 +273,28 @@ TEST(EmulatedMlaWgmma, SparseListsWithEmptyPartialAndFullTiles) {
   std::printf("sparse lists: worst rel_l2 %.2e\n", run_wgmma(sparse_case(6, 4 * 64, 11)));
 }
 
+// Lists of one key in every 128 entries (two tiles), at a different entry each time: over the
+// lists every one of the 128 entries of a tile pair holds the only key of its pair once, so a
+// kernel that decides from some of a tile's entries that the tile holds no key drops a key.
+TEST(EmulatedMlaWgmma, LoneKeysAtEveryEntryOfATilePair) {
+  constexpr int kQueries = 8, kPairs = 16;
+  Case c;
+  c.seed = 71;
+  c.list_len = kPairs * 128;
+  std::vector<int> entry(kQueries * kPairs);
+  std::iota(entry.begin(), entry.end(), 0);
+  std::mt19937 g(72);
+  std::shuffle(entry.begin(), entry.end(), g);
+  for (int t = 0; t < kQueries; ++t) {
+    c.q_pos.push_back(c.ctx - 1 - t);
+    std::vector<int32_t> list(c.list_len, -1);
+    for (int i = 0; i < kPairs; ++i)
+      list[i * 128 + entry[t * kPairs + i] % 128] = static_cast<int32_t>(g() % (c.ctx - t));
+    c.lists.insert(c.lists.end(), list.begin(), list.end());
+  }
+  std::printf("lone keys: worst rel_l2 %.2e\n", run_wgmma(c));
+}
+
 // Splits of 96 entries (the host cuts them in multiples of 32): splits end inside a key tile,
 // and the fourth holds nothing (marked empty).
 TEST(EmulatedMlaWgmma, SplitsOfTheListMergeToTheWhole) {

@@ -87,10 +87,9 @@ int device_sms();
 void set_device_sms(int sms);
 
 // The order in which later launches resume runnable threads: a random order drawn from `seed`,
-// with warps held back now and then (run_cta), to run another interleaving of the same program,
-// or with 0 the default order: round robin, or
-// the random order of MLS_EMU_SCHEDULE_SEED when the environment sets it (CTest runs every
-// emulated test a second time so).
+// with warps held back now and then (run_cta), to run another interleaving of the same program;
+// or with 0 the default order: round robin, or the random order of MLS_EMU_SCHEDULE_SEED when
+// the environment sets it (CTest runs every emulated test a second time so).
 void set_schedule_seed(uint32_t seed);
 
 }  // namespace mls::ops::cuda::emu

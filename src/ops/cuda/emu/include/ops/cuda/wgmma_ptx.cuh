@@ -92,12 +92,12 @@ void mma(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     }
 }
 
-// A digest of the shared-memory operands this thread's fragment reads: its rows of A (when A is
-// in shared memory: desc_a non-null) and its columns of B.
+// A digest of the shared-memory operands this thread's fragment reads: its rows of A and its
+// columns of B.
 template <typename In, int N, bool kBNMajor>
-uint64_t operand_digest(const uint64_t* desc_a, uint64_t desc_b) {
+uint64_t operand_digest(uint64_t desc_a, uint64_t desc_b) {
   constexpr int K = 32 / sizeof(In);
-  const Desc b = decode(desc_b);
+  const Desc a = decode(desc_a), b = decode(desc_b);
   const int x = emu::coords().linear & 127, w = x / 32, l = x % 32;
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the values' bits
   const auto mix = [&h](float v) {
@@ -105,11 +105,8 @@ uint64_t operand_digest(const uint64_t* desc_a, uint64_t desc_b) {
     std::memcpy(&bits, &v, 4);
     h = (h ^ bits) * 1099511628211ull;
   };
-  if (desc_a) {
-    const Desc a = decode(*desc_a);
-    for (int r = 0; r < 2; ++r)
-      for (int k = 0; k < K; ++k) mix(k_major<In>(a, 16 * w + l / 4 + 8 * r, k));
-  }
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < K; ++k) mix(k_major<In>(a, 16 * w + l / 4 + 8 * r, k));
   for (int j = 0; j < N / 8; ++j)
     for (int c = 0; c < 2; ++c)
       for (int k = 0; k < K; ++k) {
@@ -133,9 +130,9 @@ template <typename In, int N, bool kBNMajor, int R>
 void issue(float (&d)[R], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   static_assert(R == N / 2, "a 64 × N fragment is N / 2 floats a thread");
   float* dp = d;
-  const uint64_t at_issue = operand_digest<In, N, kBNMajor>(&desc_a, desc_b);
+  const uint64_t at_issue = operand_digest<In, N, kBNMajor>(desc_a, desc_b);
   emu::mma_async([dp, desc_a, desc_b, accumulate, at_issue] {
-    check_operands_stable(at_issue, operand_digest<In, N, kBNMajor>(&desc_a, desc_b));
+    check_operands_stable(at_issue, operand_digest<In, N, kBNMajor>(desc_a, desc_b));
     mma<In, N, kBNMajor>(dp, desc_a, desc_b, accumulate);
   });
 }

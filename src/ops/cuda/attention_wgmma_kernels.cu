@@ -1,25 +1,37 @@
-// Absorbed-MLA attention on warpgroup MMAs. One CTA of two warpgroups per (query token, split of
-// its key list, 64 heads). All heads of the token share every key (MQA), so the 64 heads are the
-// M dimension of every product; keys come in tiles of 64 rows of the latent cache, gathered by
-// cp.async into 128-byte-swizzled shared memory (two stages: the next tile is in flight while
-// this one is computed), Q staged the same way once.
-//   S[64 heads × 64 keys] = Q · K_tileᵀ: warpgroup w takes keys 32w .. 32w + 31 (m64n32k16, 36
-//     K steps over 576 columns, both operands K-major in shared memory);
-//   online softmax in fp32 (exp2 domain): the row maxima of the two halves meet in shared memory,
-//     so both warpgroups rescale by the same factor; P rounded to bf16 into a shared tile;
-//   O[64 × 512] += P · V_tile: warpgroup w owns columns 256w .. 256w + 255 (m64n256k16, 4 K steps
-//     over the 64 keys; V is the key tile itself read N-major, so each key row crosses memory
-//     once), 128 accumulators per thread.
-// The cut into splits and the split outputs are those of the mma.sync latent kernel
-// (attention_kernels.cu), so the combine kernel and the scratch are shared.
+// Absorbed-MLA attention on warpgroup MMAs. One CTA per (query token, split of its key list, 64
+// heads). All heads of the token share every key (MQA), so the 64 heads are the M dimension of
+// every product; keys come in tiles of 64 rows of the latent cache, gathered by cp.async into
+// 128-byte-swizzled shared memory, two tiles (a pair) at a time.
+//
+// Three warpgroups, specialised, in the schedule FlashMLA calls a seesaw (its 2025-04-22 kernel
+// notes): each consumer owns one tile of a pair and 256 of the 512 output columns, so one
+// warpgroup's softmax runs while the other's MMAs do, and the loads of the next pair run under
+// both.
+//   producer (warpgroup 2): Q once, then each pair's two tiles into two buffers, each buffer in
+//     two halves with their own full/empty mbarriers (L: column blocks 0-3, the values' first 256
+//     columns; R: blocks 4-8, the other 256 and the rope block), in the order the consumers
+//     need them. It resolves each row's list entry and block-table entry a pair and two pairs
+//     ahead (two dependent loads), and skips a pair of which no entry names a key, exactly;
+//   consumer 0 (tile 2i, buffer 0): S0 = Q · K0ᵀ (m64n64k16, 36 K steps), the online softmax
+//     from the running maximum, O0 += P0 · V0[L] with P0 from its registers; then, once consumer 1
+//     has the pair's maximum, P0 rescaled to it into buffer 0's rope block (dead after S0), and
+//     O0 += P1 · V1[L] from shared memory;
+//   consumer 1 (tile 2i + 1, buffer 1): S1, the maximum over consumer 0's and its own, O1 +=
+//     P1 · V1[R] from its registers, P1 into its own block, O1 += P0 · V0[R].
+// The maxima pass 0 → 1 → 0 through shared memory at named barriers. Output, splits and the
+// cut are those of the mma.sync latent kernel (attention_kernels.cu), so the combine kernel and
+// the scratch are shared.
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstring>
+#include <utility>
 
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/attention_wgmma_kernels.h"
 #include "ops/cuda/device_facts.h"
 #include "ops/cuda/launch.cuh"
+#include "ops/cuda/pipeline_ptx.cuh"
 #include "ops/cuda/wgmma_ptx.cuh"
 
 namespace mls::ops::cuda::kernels {
@@ -28,151 +40,106 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kKeys = 64;  // keys per tile
-constexpr int kThreads = 256;
+constexpr int kWarpgroup = 128;
+constexpr int kThreads = 3 * kWarpgroup;  // consumer 0, consumer 1, the producer
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <=
+                  kThreads * launch_regs_per_thread(kThreads),
+              "the CTA's registers at launch");
 constexpr int kColBlocks = kMlaWgmmaDk / 64;  // 128-byte column blocks of a row
-constexpr int kChunks = kMlaWgmmaDk / 8;      // 16-byte chunks of a row
+constexpr int kLBlocks = 4;                   // the L half: blocks 0-3; R: blocks 4-8
+constexpr int kRopeBlock = kMlaWgmmaDv / 64;  // block 8: read by S only
 constexpr int kBlockBytes = 64 * 128;         // one column block of 64 rows
 constexpr int kTileBytes = kColBlocks * kBlockBytes;
 constexpr float kLog2e = 1.4426950408889634f;
+// The running maximum before any key: finite, so a row with no key yet rescales by exp2(0) and
+// its first key's rescale exp2(kNoMax - m) is 0, without an infinity minus an infinity.
+constexpr float kNoMax = -1e30f;
 
-// Shared memory: Q, two key stages, P, then per-row statistics of both warpgroups and the
-// stages' key validity. The tiles need 1,024-byte alignment (the swizzle atoms).
+// Shared memory (1,024-byte aligned: the swizzle atoms): Q, the two buffers, consumer 1's P.
+// Consumer 0's P goes to buffer 0's rope block.
 constexpr int kQOff = 0;
-constexpr int kKOff = kQOff + kTileBytes;
-constexpr int kPOff = kKOff + 2 * kTileBytes;
-constexpr int kMaxOff = kPOff + kBlockBytes;     // float [2][64]: each half's row maxima
-constexpr int kSumOff = kMaxOff + 2 * 64 * 4;    // float [2][64]: each half's row sums, at the end
-constexpr int kValidOff = kSumOff + 2 * 64 * 4;  // int [2][64]
-constexpr int kSmemBytes = kValidOff + 2 * kKeys * 4 + 1024 /* alignment */;
+constexpr int kBufOff = kQOff + kTileBytes;
+constexpr int kP1Off = kBufOff + 2 * kTileBytes;
+constexpr int kSmemBytes = kP1Off + kBlockBytes + 1024 /* alignment */;
 
-__global__ void __launch_bounds__(kThreads, 1)
-    mla_wgmma_kernel(const AttentionParams p, int splits, int64_t keys_per_split, float* part_o,
-                     float* part_ml) {
-  pdl_begin();
-  extern __shared__ unsigned char smem_raw[];
-  // Aligned through an integer, so its few scalar shared accesses compile to generic ones: the
-  // shared-space form (align_smem_1024) measured 1.7 % slower here (bench/RESULTS.md, session 17).
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  unsigned char* q_s = smem + kQOff;
-  unsigned char* p_s = smem + kPOff;
-  float* max_s = reinterpret_cast<float*>(smem + kMaxOff);
-  float* sum_s = reinterpret_cast<float*>(smem + kSumOff);
-  int* valid_s = reinterpret_cast<int*>(smem + kValidOff);
+// Named barriers (0 is __syncthreads').
+constexpr int kBarMax0 = 1;   // consumer 0's maximum written (0 arrives, 1 waits)
+constexpr int kBarMax1 = 2;   // the pair's maximum written (1 arrives, 0 waits)
+constexpr int kBarP0 = 3;     // P0 written (0 arrives, 1 waits)
+constexpr int kBarP1 = 4;     // P1 written (1 arrives, 0 waits)
+constexpr int kBarSums = 5;   // both consumers, at the end
+constexpr int kBarPairs = 6;  // the producer's warps: a pair's rows resolved
 
-  // Reverse token order: in a prefill the latest positions (longest rows) start first.
-  const int t = p.T - 1 - static_cast<int>(blockIdx.x);
-  const int split = blockIdx.y;
-  const int h0 = blockIdx.z * kMlaWgmmaHeads;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+// Barriers and the small arrays, beside the tiles.
+struct Sync {
+  uint64_t q_full;
+  uint64_t full[2][2];   // [buffer][half]: the half has landed
+  uint64_t empty[2][2];  // [buffer][half]: its readers are done with it
+  float max[64];         // the running maximum of each head, handed 0 → 1 → 0
+  int state[2];          // per buffer, with its first half: 1 a tile, 0 the end
+  uint8_t valid[2][kKeys];
+  uint8_t any[2][4];  // the producer's warps: whether their rows of a pair hold a key
+};
+enum Half { kL = 0, kR = 1 };
 
-  const auto [seq, nk, begin, end] = split_range(p, t, split, keys_per_split);
-  const int ntiles = end > begin ? static_cast<int>((end - begin + kKeys - 1) / kKeys) : 0;
+// Byte offset of K step kk (16 columns) of a 576-column tile: four steps per column block, 32
+// bytes apart inside its rows.
+__device__ __forceinline__ uint32_t k_step(int kk) {
+  return (kk >> 2) * kBlockBytes + (kk & 3) * 32;
+}
 
-  if (splits > 1 && ntiles == 0) {  // nothing here: the combine skips this split
-    if (tid < kMlaWgmmaHeads && h0 + tid < p.H) mark_split_empty(p, part_ml, split, t, h0 + tid);
-    return;
+// S (+)= Q · Kᵀ over K steps kk0 .. kk1 − 1 (descriptor addresses in 16-byte units).
+template <int kK0, int kK1>
+__device__ __forceinline__ void s_mmas(float (&s)[32], uint64_t q_desc, uint64_t k_desc,
+                                       bool fresh) {
+#pragma unroll
+  for (int kk = kK0; kk < kK1; ++kk) {
+    const uint32_t step = k_step(kk) >> 4;
+    wgmma_bf16_m64n64k16(s, q_desc + step, k_desc + step, fresh && kk == kK0 ? 0 : 1);
   }
+}
 
-  const bf16* kbase = static_cast<const bf16*>(p.k);
-  // Chunk c of row r of a staged [64 × 576] tile: column block c / 8, swizzled within it.
-  auto chunk_at = [](unsigned char* tile, int r, int c) {
-    return tile + (c >> 3) * kBlockBytes + swizzle128(r, c & 7);
-  };
-
-  // Q rows of the 64 heads; heads past H are zero.
-  {
-    const bf16* qbase = static_cast<const bf16*>(p.q) + t * p.q_st;
-    for (int c = tid; c < kMlaWgmmaHeads * kChunks; c += kThreads) {
-      const int r = c / kChunks, col = c % kChunks;
-      const bool in = h0 + r < p.H;
-      cp_async16(chunk_at(q_s, r, col), in ? qbase + (h0 + r) * p.q_sh + col * 8 : kbase,
-                 in ? 16 : 0);
-    }
+// O (+)= P · V over 64 keys: P from this thread's registers (pa[2j + h]: rows r0 / r1, keys 8j +
+// 2·q4 (+1), the S fragment's own layout) or from a K-major block; V the N-major column blocks
+// at v (K steps of 16 keys are two 8-row atoms, 2,048 bytes, apart).
+__device__ __forceinline__ void pv_rs(float (&o)[128], const uint32_t (&pa)[16], uint64_t v_desc) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t a[4] = {pa[4 * i], pa[4 * i + 1], pa[4 * i + 2], pa[4 * i + 3]};
+    wgmma_bf16_m64n256k16_rs<1>(o, a, v_desc + i * (2048 >> 4), 1);
   }
+}
+__device__ __forceinline__ void pv_ss(float (&o)[128], uint64_t p_desc, uint64_t v_desc) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    wgmma_bf16_m64n256k16<1>(o, p_desc + i * 2, v_desc + i * (2048 >> 4), 1);
+}
 
-  // Tile loader: 4 threads per key row, each a quarter of its chunks. A row's list entry and
-  // block-table entry are dependent loads; they are issued three and two tiles ahead, so each
-  // has a tile's compute to land before the row is resolved, a tile ahead of its copy.
-  const int ld_n = tid >> 2, ld_sub = tid & 3;
-  auto index_of = [&](int tile) {
-    const int64_t i = begin + static_cast<int64_t>(tile) * kKeys + ld_n;
-    int32_t index = -1;
-    if (tile < ntiles && i < end) index = entry_index(p, t, i);
-    return index;
-  };
-  auto load_tile = [&](int stage, int64_t row) {
-    if (ld_sub == 0) valid_s[stage * kKeys + ld_n] = row >= 0;
-    unsigned char* tile = smem + kKOff + stage * kTileBytes;
-    const bf16* src = row >= 0 ? kbase + row * p.k_sr : kbase;
-    for (int c = ld_sub; c < kChunks; c += 4)
-      cp_async16(chunk_at(tile, ld_n, c), src + c * 8, row >= 0 ? 16 : 0);
-  };
-
-  // Whether this thread's row of the tile in flight holds a key: a tile of none adds nothing
-  // (its probabilities are 0 and the running maximum stays), so it is skipped, exactly. DSA
-  // lists of early queries are mostly such padding.
-  const int32_t index0 = index_of(0), index1 = index_of(1), index2 = index_of(2);
-  int32_t index = index_of(3);  // at the top of iteration `it`: of tile it + 3
-  const PendingRow pending0 = entry_lookup(p, index0, nk, seq);
-  const PendingRow pending1 = entry_lookup(p, index1, nk, seq);
-  PendingRow pending = entry_lookup(p, index2, nk, seq);  // of tile it + 2
-  int64_t next_row = paged_resolve(p, pending0);          // of tile it + 1
-  bool in_flight_ok = next_row >= 0;
-  if (ntiles > 0) load_tile(0, next_row);
-  next_row = paged_resolve(p, pending1);
-  cp_async_commit();
-
-  const float scale_log2 = p.scale * kLog2e;
-  const int g = lane >> 2, q4 = lane & 3;
-  // This thread's accumulator rows (C fragment rows l/4 and l/4 + 8 of its warp).
-  const int r0 = (warp & 3) * 16 + g, r1 = r0 + 8;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+// A consumer's view of the step and its running state. Registers 4j + c of a 64 × N fragment
+// hold row r0 (c < 2) or r1 = r0 + 8, column 8j + 2·q4 + c % 2.
+struct Consumer {
+  int q4, r0, r1, lane;
+  float m[2] = {kNoMax, kNoMax};  // the running maximum (log2 domain) of rows r0, r1
+  float l[2] = {0.0f, 0.0f};      // the running sum of this consumer's probabilities
   float o[128];
+
+  __device__ __forceinline__ explicit Consumer(int x) {
+    const int warp = x >> 5;
+    lane = x & 31;
+    q4 = lane & 3;
+    r0 = warp * 16 + (lane >> 2);
+    r1 = r0 + 8;
 #pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  }
 
-  const uint64_t q_desc = wgmma_desc_sw128(q_s);
-  const uint64_t p_desc = wgmma_desc_sw128(p_s);
-
-  for (int it = 0; it < ntiles; ++it) {
-    const int stage = it & 1;
-    cp_async_wait<0>();
-    fence_proxy_async_smem();
-    // Tile `it` visible; every thread is done with tile it−1, its P and maxima.
-    const bool any_key = __syncthreads_or(in_flight_ok);
-    in_flight_ok = next_row >= 0;
-    if (it + 1 < ntiles) {
-      load_tile(stage ^ 1, next_row);
-      next_row = paged_resolve(p, pending);
-      pending = entry_lookup(p, index, nk, seq);
-      index = index_of(it + 4);
-    }
-    cp_async_commit();
-    if (!any_key) continue;
-    unsigned char* ks = smem + kKOff + stage * kTileBytes;
-
-    // S over this warpgroup's 32 keys. K steps of 16 columns advance 32 bytes inside a column
-    // block's rows (2 in the descriptors' 16-byte units).
-    float s[16];
-    {
-      const uint64_t k_desc = wgmma_desc_sw128(ks + wg * 32 * 128);
-      wgmma_fence();
+  // Masks S (scaled to the log2 domain) by the tile's valid keys; the row maxima of the tile.
+  __device__ __forceinline__ void mask(float (&s)[32], const uint8_t* valid, float scale_log2,
+                                       float (&tmax)[2]) const {
+    tmax[0] = tmax[1] = -INFINITY;
 #pragma unroll
-      for (int kk = 0; kk < kMlaWgmmaDk / 16; ++kk) {
-        const uint64_t step = (kk >> 2) * (kBlockBytes >> 4) + (kk & 3) * 2;
-        wgmma_bf16_m64n32k16(s, q_desc + step, k_desc + step, kk > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(s);
-    }
-
-    // Registers 4j + c hold row r0 (c < 2) or r1, key 32·wg + 8j + 2·q4 + c % 2.
-    const int* valid = valid_s + stage * kKeys + wg * 32;
-    float tmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int key = 8 * j + 2 * q4 + (c & 1);
@@ -184,38 +151,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
       tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
     }
-    if (q4 == 0) {
-      max_s[wg * 64 + r0] = tmax[0];
-      max_s[wg * 64 + r1] = tmax[1];
-    }
-    __syncthreads();  // both halves' maxima
+  }
 
-    float alpha[2], m_ref[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = h ? r1 : r0;
-      const float m_new = fmaxf(m_run[h], fmaxf(max_s[r], max_s[64 + r]));
-      m_ref[h] = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[h] = exp2f(m_run[h] - m_ref[h]);
-      m_run[h] = m_new;
-    }
-    float psum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const __nv_bfloat162 pp = __floats2bfloat162_rn(exp2f(s[4 * j + 2 * h] - m_ref[h]),
-                                                        exp2f(s[4 * j + 2 * h + 1] - m_ref[h]));
-        psum[h] += __low2float(pp) + __high2float(pp);
-        // P row r, keys 32·wg + 8j + 2·q4 (+1): chunk 4·wg + j of the row, bytes 4·q4 in it.
-        *reinterpret_cast<__nv_bfloat162*>(p_s + swizzle128(h ? r1 : r0, 4 * wg + j) + 4 * q4) = pp;
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      psum[h] += __shfl_xor_sync(0xffffffffu, psum[h], 1);
-      psum[h] += __shfl_xor_sync(0xffffffffu, psum[h], 2);
-      l_run[h] = l_run[h] * alpha[h] + psum[h];
-    }
+  __device__ __forceinline__ void scale_o(const float (&alpha)[2]) {
+    // A row whose maximum stayed has alpha exactly 1: once the maxima settle, most warps skip
+    // the rescale (bit for bit the same O).
+    if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       o[4 * j] *= alpha[0];
@@ -223,65 +164,435 @@ __global__ void __launch_bounds__(kThreads, 1)
       o[4 * j + 2] *= alpha[1];
       o[4 * j + 3] *= alpha[1];
     }
-    fence_proxy_async_smem();
-    __syncthreads();  // the whole P tile
+  }
 
-    // O += P · V over this warpgroup's 256 columns: column blocks 4·wg .. 4·wg + 3 of the key
-    // tile, N-major; K steps of 16 keys are two 8-row atoms (2,048 bytes) apart.
-    {
-      const uint64_t v_desc = wgmma_desc_sw128_nmajor(ks + 4 * wg * kBlockBytes, kBlockBytes);
-      wgmma_fence_operands(o);
-      wgmma_fence();
+  // Moves the running maximum to m_new (the rows' new maxima): O and the sum rescaled, then S
+  // turned into probabilities in place (fp32) and into pa (bf16, pv_rs's layout); the sum gains
+  // the rounded probabilities, the ones the MMAs take.
+  __device__ __forceinline__ void softmax(float (&s)[32], const float (&m_new)[2],
+                                          uint32_t (&pa)[16]) {
+    float alpha[2], psum[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk)
-        wgmma_bf16_m64n256k16<1>(o, p_desc + kk * 2, v_desc + kk * (2048 >> 4), 1);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(o);
+    for (int h = 0; h < 2; ++h) {
+      alpha[h] = exp2f(m[h] - m_new[h]);
+      m[h] = m_new[h];
+    }
+    scale_o(alpha);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        s[4 * j + 2 * h] = exp2f(s[4 * j + 2 * h] - m_new[h]);
+        s[4 * j + 2 * h + 1] = exp2f(s[4 * j + 2 * h + 1] - m_new[h]);
+        const __nv_bfloat162 pp = __floats2bfloat162_rn(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
+        psum[h] += __low2float(pp) + __high2float(pp);
+        memcpy(&pa[2 * j + h], &pp, 4);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      psum[h] += __shfl_xor_sync(0xffffffffu, psum[h], 1);
+      psum[h] += __shfl_xor_sync(0xffffffffu, psum[h], 2);
+      l[h] = l[h] * alpha[h] + psum[h];
     }
   }
-  cp_async_wait<0>();
 
-  // Each warpgroup summed its own keys' probabilities; the row sums meet in shared memory.
-  if (q4 == 0) {
-    sum_s[wg * 64 + r0] = l_run[0];
-    sum_s[wg * 64 + r1] = l_run[1];
+  // Writes bf16 P (pa's layout) as a K-major 64 × 64 block at `block` (an A operand).
+  __device__ __forceinline__ void store_p(unsigned char* block, const uint32_t (&pa)[16]) const {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<uint32_t*>(block + swizzle128(h ? r1 : r0, j) + 4 * q4) = pa[2 * j + h];
+  }
+
+  // Publishes this thread's rows' maxima (one thread of each quad writes).
+  __device__ __forceinline__ void put_max(float* max_s) const {
+    if (q4 == 0) {
+      max_s[r0] = m[0];
+      max_s[r1] = m[1];
+    }
+  }
+};
+
+// Warpgroup 0: tiles 2i in buffer 0.
+__device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync& sy,
+                                         float scale_log2) {
+  unsigned char* q_s = smem + kQOff;
+  unsigned char* b0 = smem + kBufOff;
+  unsigned char* b1 = b0 + kTileBytes;
+  const uint64_t q_desc = wgmma_desc_sw128(q_s), k_desc = wgmma_desc_sw128(b0);
+  const uint64_t v0 = wgmma_desc_sw128_nmajor(b0, kBlockBytes);
+  const uint64_t v1 = wgmma_desc_sw128_nmajor(b1, kBlockBytes);
+  const uint64_t p1_desc = wgmma_desc_sw128(smem + kP1Off);
+  unsigned char* p0_block = b0 + kRopeBlock * kBlockBytes;
+  const uint32_t full_l = smem_addr(&sy.full[0][kL]), full_r = smem_addr(&sy.full[0][kR]);
+  const uint32_t empty_l0 = smem_addr(&sy.empty[0][kL]), empty_l1 = smem_addr(&sy.empty[1][kL]);
+  mbar_wait(smem_addr(&sy.q_full), 0);
+
+  float s[32];
+  uint32_t pa[16];
+  for (uint32_t phase = 0;; phase ^= 1) {
+    // S of the pair's tile 2i: the L half's 16 K steps while the R half lands.
+    mbar_wait(full_l, phase);
+    if (sy.state[0] == 0) break;
+    wgmma_fence();
+    s_mmas<0, 16>(s, q_desc, k_desc, true);
+    wgmma_commit();
+    mbar_wait(full_r, phase);
+    s_mmas<16, 36>(s, q_desc, k_desc, false);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(s);
+
+    float tmax[2];
+    c.mask(s, sy.valid[0], scale_log2, tmax);
+    const float m_new[2] = {fmaxf(c.m[0], tmax[0]), fmaxf(c.m[1], tmax[1])};
+    c.softmax(s, m_new, pa);
+    c.put_max(sy.max);
+    named_barrier_arrive(kBarMax0, 2 * kWarpgroup);
+
+    wgmma_fence_operands(c.o);
+    wgmma_fence_operands(pa);
+    wgmma_fence();
+    pv_rs(c.o, pa, v0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(c.o);
+    wgmma_fence_operands(pa);
+    if (c.lane == 0) mbar_arrive(empty_l0);  // buffer 0's L half: S0 and P0 · V0[L] are done
+
+    // The pair's maximum (consumer 1's): P0 rescaled to it from fp32, rounded once, for consumer
+    // 1. Every warp of this warpgroup waited for its S MMAs before the barrier, so none reads the
+    // rope block any more.
+    named_barrier_sync(kBarMax1, 2 * kWarpgroup);
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_pair = sy.max[h ? c.r1 : c.r0];
+      alpha[h] = exp2f(c.m[h] - m_pair);
+      c.m[h] = m_pair;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __nv_bfloat162 pp =
+            __floats2bfloat162_rn(s[4 * j + 2 * h] * alpha[h], s[4 * j + 2 * h + 1] * alpha[h]);
+        memcpy(&pa[2 * j + h], &pp, 4);
+      }
+    c.store_p(p0_block, pa);
+    fence_proxy_async_smem();
+    named_barrier_arrive(kBarP0, 2 * kWarpgroup);
+
+    named_barrier_sync(kBarP1, 2 * kWarpgroup);
+    c.scale_o(alpha);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) c.l[h] *= alpha[h];
+    wgmma_fence_operands(c.o);
+    wgmma_fence();
+    pv_ss(c.o, p1_desc, v1);
+    wgmma_commit();
+    // Waited for here, not under the next pair's S: ptxas serialises every MMA of the kernel
+    // when a wait leaves this one pending across the loop (C7514), and consumer 1 keeps the
+    // tensor cores busy meanwhile. Buffer 1's L half is then free.
+    wgmma_wait<0>();
+    wgmma_fence_operands(c.o);
+    if (c.lane == 0) mbar_arrive(empty_l1);
+  }
+}
+
+// Warpgroup 1: tiles 2i + 1 in buffer 1.
+__device__ __forceinline__ void consume1(Consumer& c, unsigned char* smem, Sync& sy,
+                                         float scale_log2) {
+  unsigned char* q_s = smem + kQOff;
+  unsigned char* b0 = smem + kBufOff;
+  unsigned char* b1 = b0 + kTileBytes;
+  unsigned char* p1_block = smem + kP1Off;
+  const uint64_t q_desc = wgmma_desc_sw128(q_s), k_desc = wgmma_desc_sw128(b1);
+  const uint64_t v0 = wgmma_desc_sw128_nmajor(b0 + kLBlocks * kBlockBytes, kBlockBytes);
+  const uint64_t v1 = wgmma_desc_sw128_nmajor(b1 + kLBlocks * kBlockBytes, kBlockBytes);
+  const uint64_t p0_desc = wgmma_desc_sw128(b0 + kRopeBlock * kBlockBytes);
+  const uint32_t full_l = smem_addr(&sy.full[1][kL]), full_r = smem_addr(&sy.full[1][kR]);
+  const uint32_t empty_r0 = smem_addr(&sy.empty[0][kR]), empty_r1 = smem_addr(&sy.empty[1][kR]);
+  mbar_wait(smem_addr(&sy.q_full), 0);
+
+  float s[32];
+  uint32_t pa[16];
+  for (uint32_t phase = 0;; phase ^= 1) {
+    // S of the pair's tile 2i + 1: the R half first, as the producer copies it first.
+    mbar_wait(full_r, phase);
+    if (sy.state[1] == 0) break;
+    wgmma_fence();
+    s_mmas<16, 36>(s, q_desc, k_desc, true);
+    wgmma_commit();
+    mbar_wait(full_l, phase);
+    s_mmas<0, 16>(s, q_desc, k_desc, false);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(s);
+
+    float tmax[2];
+    c.mask(s, sy.valid[1], scale_log2, tmax);
+    named_barrier_sync(kBarMax0, 2 * kWarpgroup);
+    const float m_new[2] = {fmaxf(sy.max[c.r0], tmax[0]), fmaxf(sy.max[c.r1], tmax[1])};
+    __syncwarp();  // every lane has read its rows' maxima before a lane overwrites them
+    c.softmax(s, m_new, pa);
+    c.put_max(sy.max);
+    named_barrier_arrive(kBarMax1, 2 * kWarpgroup);
+
+    wgmma_fence_operands(c.o);
+    wgmma_fence_operands(pa);
+    wgmma_fence();
+    pv_rs(c.o, pa, v1);
+    wgmma_commit();
+    c.store_p(p1_block, pa);
+
+    named_barrier_sync(kBarP0, 2 * kWarpgroup);
+    pv_ss(c.o, p0_desc, v0);
+    wgmma_commit();
+    fence_proxy_async_smem();
+    named_barrier_arrive(kBarP1, 2 * kWarpgroup);
+
+    wgmma_wait<1>();
+    wgmma_fence_operands(pa);
+    if (c.lane == 0) mbar_arrive(empty_r1);  // buffer 1's R half: S1 and P1 · V1[R] are done
+    wgmma_wait<0>();
+    wgmma_fence_operands(c.o);
+    if (c.lane == 0) mbar_arrive(empty_r0);  // buffer 0's R half and P0: P0 · V0[R] is done
+  }
+}
+
+// Column blocks kB0 .. kB1 − 1 of row kK of a producer thread's four (rows g + 16k: 2,048 bytes
+// apart) from src (bytes 0: zeros), every shared offset an immediate.
+template <int kB0, int kB1, int kK>
+__device__ __forceinline__ void copy_row(uint32_t dst, const bf16* src, int bytes) {
+  [&]<int... B>(std::integer_sequence<int, B...>) {
+    (cp_async16_at<(kB0 + B) * kBlockBytes + kK * 2048>(dst, src + (kB0 + B) * 64, bytes), ...);
+  }
+  (std::make_integer_sequence<int, kB1 - kB0>{});
+}
+template <int kB0, int kB1>
+__device__ __forceinline__ void copy_rows(uint32_t dst, const bf16* const (&src)[4],
+                                          const int (&bytes)[4]) {
+  copy_row<kB0, kB1, 0>(dst, src[0], bytes[0]);
+  copy_row<kB0, kB1, 1>(dst, src[1], bytes[1]);
+  copy_row<kB0, kB1, 2>(dst, src[2], bytes[2]);
+  copy_row<kB0, kB1, 3>(dst, src[3], bytes[3]);
+}
+
+// The producer warpgroup (thread x of 128). Thread x copies 16-byte chunk x % 8 of every column
+// block of rows g + 16k (g = x / 8, k < 4) of both tiles of a pair, and resolves one of those
+// eight rows: row g + 16 (x % 4) of tile x / 4 % 2 (its group's lanes then exchange them).
+struct Producer {
+  const AttentionParams& p;
+  int t, ntiles;
+  int64_t seq, nk, begin, end;
+  int x, g, sub;
+
+  __device__ __forceinline__ int32_t index_of(int pair) const {
+    const int tile = 2 * pair + (sub >> 2);
+    const int64_t i = begin + static_cast<int64_t>(tile) * kKeys + g + 16 * (sub & 3);
+    return tile < ntiles && i < end ? entry_index(p, t, i) : -1;
+  }
+
+  // Copies column blocks kB0 .. kB1 − 1 of this thread's rows `rows` of the cache into a
+  // buffer (dst: the buffer's shared address plus this thread's offset in every block).
+  template <int kB0, int kB1>
+  __device__ __forceinline__ void copy(uint32_t dst, const int64_t (&rows)[4]) const {
+    const bf16* kbase = static_cast<const bf16*>(p.k);
+    const bf16* src[4];
+    int bytes[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      src[k] = rows[k] >= 0 ? kbase + rows[k] * p.k_sr + sub * 8 : kbase;
+      bytes[k] = rows[k] >= 0 ? 16 : 0;
+    }
+    copy_rows<kB0, kB1>(dst, src, bytes);
+  }
+};
+
+__device__ __forceinline__ void produce(const Producer& pr, unsigned char* smem, Sync& sy, int h0) {
+  const AttentionParams& p = pr.p;
+  const int x = pr.x, lane = x & 31;
+  // This thread's offset in every column block: chunk `sub` of row g (rows g + 16k follow).
+  const uint32_t in_block = pr.g * 128 + ((pr.sub ^ (pr.g & 7)) << 4);
+  const uint32_t q_dst = smem_addr(smem + kQOff) + in_block;
+  const uint32_t dst0 = smem_addr(smem + kBufOff) + in_block, dst1 = dst0 + kTileBytes;
+  const auto full = [&](int b, int h) { return &sy.full[b][h]; };
+  const auto empty = [&](int b, int h) { return smem_addr(&sy.empty[b][h]); };
+  const auto arrive_full = [&](int b, int h) {
+    cp_async_mbar_arrive(full(b, h));
+    mbar_arrive(smem_addr(full(b, h)));
+  };
+
+  // Q rows of the 64 heads; heads past H are zero.
+  {
+    int64_t rows[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int head = h0 + pr.g + 16 * k;
+      rows[k] = head < p.H ? pr.t * p.q_st + head * p.q_sh : -1;
+    }
+    const bf16* qbase = static_cast<const bf16*>(p.q);
+    const bf16* src[4];
+    int bytes[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      src[k] = rows[k] >= 0 ? qbase + rows[k] + pr.sub * 8 : qbase;
+      bytes[k] = rows[k] >= 0 ? 16 : 0;
+    }
+    copy_rows<0, kColBlocks>(q_dst, src, bytes);
+    cp_async_mbar_arrive(&sy.q_full);
+  }
+
+  // Each pair's rows, two dependent loads resolved over the two pairs before it.
+  const int npairs = (pr.ntiles + 1) / 2;
+  int32_t index = pr.index_of(2);                                                  // of pair i + 2
+  PendingRow pending = entry_lookup(p, pr.index_of(1), pr.nk, pr.seq);             // of pair i + 1
+  int64_t row = paged_resolve(p, entry_lookup(p, pr.index_of(0), pr.nk, pr.seq));  // of pair i
+  uint32_t phase = 0;
+  for (int i = 0; i < npairs; ++i) {
+    // Whether any of the pair's 128 entries names a key: a pair of none adds nothing (its
+    // probabilities are 0 and the running maximum stays), so it is skipped, exactly. DSA lists
+    // of early queries end in such padding.
+    const bool any = __any_sync(0xffffffffu, row >= 0);
+    if (lane == 0) sy.any[i & 1][x >> 5] = any;
+    named_barrier_sync(kBarPairs, kWarpgroup);
+    const bool pair_any = sy.any[i & 1][0] | sy.any[i & 1][1] | sy.any[i & 1][2] | sy.any[i & 1][3];
+    if (pair_any) {
+      int64_t ra[4], rb[4];  // this thread's rows of the pair's two tiles
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        ra[k] = __shfl_sync(0xffffffffu, row, (lane & ~7) | k);
+        rb[k] = __shfl_sync(0xffffffffu, row, (lane & ~7) | (4 + k));
+      }
+      const int my_key = pr.g + 16 * (pr.sub & 3);
+      // Each buffer's flags go with the half its consumer waits for first.
+      mbar_wait(empty(0, kL), phase ^ 1);
+      if (pr.sub < 4) sy.valid[0][my_key] = row >= 0;
+      if (x == 0) sy.state[0] = 1;
+      pr.copy<0, kLBlocks>(dst0, ra);
+      arrive_full(0, kL);
+      mbar_wait(empty(1, kR), phase ^ 1);
+      if (pr.sub >= 4) sy.valid[1][my_key] = row >= 0;
+      if (x == 0) sy.state[1] = 1;
+      pr.copy<kLBlocks, kColBlocks>(dst1, rb);
+      arrive_full(1, kR);
+      mbar_wait(empty(0, kR), phase ^ 1);
+      pr.copy<kLBlocks, kColBlocks>(dst0, ra);
+      arrive_full(0, kR);
+      mbar_wait(empty(1, kL), phase ^ 1);
+      pr.copy<0, kLBlocks>(dst1, rb);
+      arrive_full(1, kL);
+      phase ^= 1;
+    }
+    row = paged_resolve(p, pending);
+    pending = entry_lookup(p, index, pr.nk, pr.seq);
+    index = pr.index_of(i + 3);
+  }
+  // The end, where each consumer waits first.
+  mbar_wait(empty(0, kL), phase ^ 1);
+  if (x == 0) sy.state[0] = 0;
+  arrive_full(0, kL);
+  mbar_wait(empty(1, kR), phase ^ 1);
+  if (x == 0) sy.state[1] = 0;
+  arrive_full(1, kR);
+  cp_async_wait<0>();
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_wgmma_kernel(const AttentionParams p, int splits, int64_t keys_per_split, float* part_o,
+                     float* part_ml) {
+  pdl_begin();
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ Sync sy;
+  unsigned char* smem = align_smem_1024(smem_raw);
+
+  // Reverse token order: in a prefill the latest positions (longest rows) start first.
+  const int t = p.T - 1 - static_cast<int>(blockIdx.x);
+  const int split = blockIdx.y;
+  const int h0 = blockIdx.z * kMlaWgmmaHeads;
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform, as ptxas can see
+
+  const auto [seq, nk, begin, end] = split_range(p, t, split, keys_per_split);
+  const int ntiles = end > begin ? static_cast<int>((end - begin + kKeys - 1) / kKeys) : 0;
+
+  if (splits > 1 && ntiles == 0) {  // nothing here: the combine skips this split
+    if (tid < kMlaWgmmaHeads && h0 + tid < p.H) mark_split_empty(p, part_ml, split, t, h0 + tid);
+    return;
+  }
+  if (tid == 0) {
+    mbar_init(&sy.q_full, kWarpgroup);
+    for (int b = 0; b < 2; ++b)
+      for (int h = 0; h < 2; ++h) {
+        // Each producer thread: its copies' arrival and its own (which publishes the flags).
+        mbar_init(&sy.full[b][h], 2 * kWarpgroup);
+        mbar_init(&sy.empty[b][h], kWarpgroup / 32);
+      }
   }
   __syncthreads();
+
+  if (wg == 2) {
+    warpgroup_reg_dealloc<kProducerRegs>();
+    const int x = tid - 2 * kWarpgroup;
+    const Producer pr{p, t, ntiles, seq, nk, begin, end, x, x >> 3, x & 7};
+    produce(pr, smem, sy, h0);
+    return;
+  }
+  warpgroup_reg_alloc<kConsumerRegs>();
+  const float scale_log2 = p.scale * kLog2e;
+  Consumer c(tid & 127);
+  if (wg == 0)
+    consume0(c, smem, sy, scale_log2);
+  else
+    consume1(c, smem, sy, scale_log2);
+
+  // Each consumer summed its own tiles' probabilities; the sums meet in P1's block (dead now).
+  named_barrier_sync(kBarSums, 2 * kWarpgroup);
+  float* sum_s = reinterpret_cast<float*>(smem + kP1Off);
+  if (c.q4 == 0) {
+    sum_s[wg * 64 + c.r0] = c.l[0];
+    sum_s[wg * 64 + c.r1] = c.l[1];
+  }
+  named_barrier_sync(kBarSums, 2 * kWarpgroup);
 
   const int64_t part = static_cast<int64_t>(split) * p.T + t;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = h ? r1 : r0, head = h0 + row;
+    const int row = h ? c.r1 : c.r0, head = h0 + row;
     if (head >= p.H) continue;
     const float l = sum_s[row] + sum_s[64 + row];
     if (splits == 1) {
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      bf16* dst = static_cast<bf16*>(p.out) + t * p.o_st + head * p.o_sh + wg * 256 + 2 * q4;
+      bf16* dst = static_cast<bf16*>(p.out) + t * p.o_st + head * p.o_sh + wg * 256 + 2 * c.q4;
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
-            __floats2bfloat162_rn(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+            __floats2bfloat162_rn(c.o[4 * j + 2 * h] * inv, c.o[4 * j + 2 * h + 1] * inv);
     } else {
-      float* dst = part_o + (part * p.H + head) * p.Dv + wg * 256 + 2 * q4;
+      float* dst = part_o + (part * p.H + head) * p.Dv + wg * 256 + 2 * c.q4;
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<float2*>(dst + 8 * j) =
-            make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
-      if (wg == 0 && q4 == 0) {
+            make_float2(c.o[4 * j + 2 * h], c.o[4 * j + 2 * h + 1]);
+      if (wg == 0 && c.q4 == 0) {
         float* ml = part_ml + (part * p.H + head) * 2;
-        ml[0] = m_run[h];
+        ml[0] = c.m[h];  // the combine reads it only where l > 0
         ml[1] = l;
       }
     }
   }
 }
 
+// The dynamic shared memory and the static (Sync).
+constexpr int kSmemTotal = kSmemBytes + static_cast<int>(sizeof(Sync));
+
 }  // namespace
 
 bool mla_wgmma_applies(const AttentionParams& p, int head_group, int device) {
   DeviceFacts f;
-  if (device_facts(device, &f) != cudaSuccess || f.smem_optin < kSmemBytes) return false;
+  if (device_facts(device, &f) != cudaSuccess || f.smem_optin < kSmemTotal) return false;
   auto aligned = [](const void* ptr, int bytes) {
     return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
   };

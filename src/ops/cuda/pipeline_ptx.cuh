@@ -48,6 +48,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// An arrival on named barrier `id` without waiting: it completes once `threads` threads arrived
+// or synced there (a producer's signal to a named_barrier_sync of its consumers).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Warpgroup register reallocation: every warp of the warpgroup executes it; the count is a
 // multiple of 8 in [24, 256].
 template <int kRegs>

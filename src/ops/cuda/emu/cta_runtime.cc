@@ -261,16 +261,31 @@ int cta_barrier(int predicate) {
   return b.acc[gen & 1];
 }
 
-void named_barrier(int id, int threads) {
+namespace {
+// Counts this thread's arrival on named barrier `id`; true when it completed the barrier.
+bool named_arrival(int id, int threads, Barrier** barrier, uint64_t* gen) {
   if (id < 1 || id >= kNamedBarriers || threads % 32 != 0)
     throw KernelFault("named barrier " + std::to_string(id) + " of " + std::to_string(threads) +
                       " threads: ids 1-15, a multiple of 32 threads");
   Barrier& b = g_cta->named[id];
-  const uint64_t gen = b.gen;
-  if (++b.arrived == threads)
-    complete(b);
-  else
-    block_until([&b, gen] { return b.gen != gen; });
+  *barrier = &b;
+  *gen = b.gen;
+  if (++b.arrived < threads) return false;
+  complete(b);
+  return true;
+}
+}  // namespace
+
+void named_barrier(int id, int threads) {
+  Barrier* b = nullptr;
+  uint64_t gen = 0;
+  if (!named_arrival(id, threads, &b, &gen)) block_until([b, gen] { return b->gen != gen; });
+}
+
+void named_barrier_arrive(int id, int threads) {
+  Barrier* b = nullptr;
+  uint64_t gen = 0;
+  named_arrival(id, threads, &b, &gen);
 }
 
 const uint64_t* warp_exchange(uint32_t mask, uint64_t value) {

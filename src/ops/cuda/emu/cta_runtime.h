@@ -55,6 +55,8 @@ void block_until(const std::function<bool()>& ready);
 int cta_barrier(int predicate);
 // Named barrier `id` (1 to 15) of `threads` threads.
 void named_barrier(int id, int threads);
+// An arrival on named barrier `id` that does not wait for the others (bar.arrive).
+void named_barrier_arrive(int id, int threads);
 // Warp collective over the lanes of `mask`: every lane deposits `value`, and once all have,
 // each gets the 32 slots (lanes outside the mask hold garbage).
 const uint64_t* warp_exchange(uint32_t mask, uint64_t value);

@@ -41,6 +41,10 @@ inline void named_barrier_sync(int id, int threads) {
   emu::named_barrier(id, threads);
 }
 
+inline void named_barrier_arrive(int id, int threads) {
+  emu::named_barrier_arrive(id, threads);
+}
+
 template <int kRegs>
 inline void warpgroup_reg_dealloc() {
   emu::warpgroup_set_regs(kRegs, false);

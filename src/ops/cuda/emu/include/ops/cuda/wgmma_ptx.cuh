@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -34,6 +35,8 @@ inline void wgmma_wait() {
 }
 template <int N>
 inline void wgmma_fence_operands(float (&)[N]) {}
+template <int N>
+inline void wgmma_fence_operands(uint32_t (&)[N]) {}
 inline void fence_proxy_async_smem() {}
 
 namespace emu_detail {
@@ -68,15 +71,16 @@ float n_major(const Desc& d, int k, int n) {
   return load<In>(d.start + (n / 64) * d.lbo + (k / 8) * d.sbo + (k % 8) * 128 + (n % 64) * 2);
 }
 
-// d (+)= A · B for this thread's fragment of the 64 × N result, K = 32 bytes of In.
-template <typename In, int N, bool kBNMajor>
-void mma(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+// d (+)= A · B for this thread's fragment of the 64 × N result, K = 32 bytes of In; a_at(row, k)
+// gives A (rows of this thread's warp).
+template <typename In, int N, bool kBNMajor, typename AAt>
+void mma(float* d, const AAt& a_at, uint64_t desc_b, int accumulate) {
   constexpr int K = 32 / sizeof(In);
-  const Desc a = decode(desc_a), b = decode(desc_b);
+  const Desc b = decode(desc_b);
   const int x = emu::coords().linear & 127, w = x / 32, l = x % 32;
   float arow[2][K];
   for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < K; ++k) arow[h][k] = k_major<In>(a, 16 * w + l / 4 + 8 * h, k);
+    for (int k = 0; k < K; ++k) arow[h][k] = a_at(16 * w + l / 4 + 8 * h, k);
   for (int j = 0; j < N / 8; ++j)
     for (int c = 0; c < 2; ++c) {
       const int col = 8 * j + 2 * (l % 4) + c;
@@ -92,12 +96,12 @@ void mma(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     }
 }
 
-// A digest of the shared-memory operands this thread's fragment reads: its rows of A and its
-// columns of B.
+// A digest of the shared-memory operands this thread's fragment reads: its rows of A (when A is
+// in shared memory: desc_a non-null) and its columns of B.
 template <typename In, int N, bool kBNMajor>
-uint64_t operand_digest(uint64_t desc_a, uint64_t desc_b) {
+uint64_t operand_digest(const uint64_t* desc_a, uint64_t desc_b) {
   constexpr int K = 32 / sizeof(In);
-  const Desc a = decode(desc_a), b = decode(desc_b);
+  const Desc b = decode(desc_b);
   const int x = emu::coords().linear & 127, w = x / 32, l = x % 32;
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the values' bits
   const auto mix = [&h](float v) {
@@ -105,8 +109,11 @@ uint64_t operand_digest(uint64_t desc_a, uint64_t desc_b) {
     std::memcpy(&bits, &v, 4);
     h = (h ^ bits) * 1099511628211ull;
   };
-  for (int r = 0; r < 2; ++r)
-    for (int k = 0; k < K; ++k) mix(k_major<In>(a, 16 * w + l / 4 + 8 * r, k));
+  if (desc_a) {
+    const Desc a = decode(*desc_a);
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < K; ++k) mix(k_major<In>(a, 16 * w + l / 4 + 8 * r, k));
+  }
   for (int j = 0; j < N / 8; ++j)
     for (int c = 0; c < 2; ++c)
       for (int k = 0; k < K; ++k) {
@@ -130,10 +137,41 @@ template <typename In, int N, bool kBNMajor, int R>
 void issue(float (&d)[R], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   static_assert(R == N / 2, "a 64 × N fragment is N / 2 floats a thread");
   float* dp = d;
-  const uint64_t at_issue = operand_digest<In, N, kBNMajor>(desc_a, desc_b);
+  const uint64_t at_issue = operand_digest<In, N, kBNMajor>(&desc_a, desc_b);
   emu::mma_async([dp, desc_a, desc_b, accumulate, at_issue] {
-    check_operands_stable(at_issue, operand_digest<In, N, kBNMajor>(desc_a, desc_b));
-    mma<In, N, kBNMajor>(dp, desc_a, desc_b, accumulate);
+    check_operands_stable(at_issue, operand_digest<In, N, kBNMajor>(&desc_a, desc_b));
+    const Desc a = decode(desc_a);
+    mma<In, N, kBNMajor>(
+        dp, [&a](int row, int k) { return k_major<In>(a, row, k); }, desc_b, accumulate);
+  });
+}
+
+// A in registers: each warp's 16 rows come from its own lanes (mma_m16n8's A layout), so the
+// warp's lanes exchange them when it issues (a warp executes the instruction together) and the
+// MMA keeps the copy, as the registers must not change before the wait.
+template <int N, bool kBNMajor, int R>
+void issue_rs(float (&d)[R], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+  static_assert(R == N / 2, "a 64 × N fragment is N / 2 floats a thread");
+  const Lanes a01 = exchange(a[0] | uint64_t{a[1]} << 32);
+  const Lanes a23 = exchange(a[2] | uint64_t{a[3]} << 32);
+  std::array<float, 16 * 16> tile;  // the warp's rows 0 .. 15, k 0 .. 15
+  for (int lane = 0; lane < 32; ++lane)
+    for (int reg = 0; reg < 4; ++reg) {
+      const uint32_t word =
+          static_cast<uint32_t>((reg < 2 ? a01 : a23).v[lane] >> (32 * (reg % 2)));
+      for (int e = 0; e < 2; ++e) {
+        __nv_bfloat16 v;
+        std::memcpy(&v, reinterpret_cast<const unsigned char*>(&word) + 2 * e, 2);
+        const int row = lane / 4 + 8 * (reg % 2), k = 2 * (lane % 4) + 8 * (reg / 2) + e;
+        tile[row * 16 + k] = static_cast<float>(v);
+      }
+    }
+  float* dp = d;
+  const uint64_t at_issue = operand_digest<__nv_bfloat16, N, kBNMajor>(nullptr, desc_b);
+  emu::mma_async([dp, tile, desc_b, accumulate, at_issue] {
+    check_operands_stable(at_issue, operand_digest<__nv_bfloat16, N, kBNMajor>(nullptr, desc_b));
+    mma<__nv_bfloat16, N, kBNMajor>(
+        dp, [&tile](int row, int k) { return tile[(row % 16) * 16 + k]; }, desc_b, accumulate);
   });
 }
 
@@ -156,6 +194,12 @@ template <int kBNMajor>
 inline void wgmma_bf16_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
                                   int accumulate) {
   emu_detail::issue<__nv_bfloat16, 256, kBNMajor != 0>(d, desc_a, desc_b, accumulate);
+}
+
+template <int kBNMajor>
+inline void wgmma_bf16_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b,
+                                     int accumulate) {
+  emu_detail::issue_rs<256, kBNMajor != 0>(d, a, desc_b, accumulate);
 }
 
 }  // namespace mls::ops::cuda::kernels

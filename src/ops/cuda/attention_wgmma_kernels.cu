@@ -365,19 +365,22 @@ __device__ __forceinline__ void consume1(Consumer& c, unsigned char* smem, Sync&
 // Column blocks kB0 .. kB1 − 1 of row kK of a producer thread's four (rows g + 16k: 2,048 bytes
 // apart) from src (bytes 0: zeros), every shared offset an immediate.
 template <int kB0, int kB1, int kK>
-__device__ __forceinline__ void copy_row(uint32_t dst, const bf16* src, int bytes) {
+__device__ __forceinline__ void copy_row(uint32_t dst, const bf16* src, int bytes,
+                                         uint64_t policy) {
   [&]<int... B>(std::integer_sequence<int, B...>) {
-    (cp_async16_at<(kB0 + B) * kBlockBytes + kK * 2048>(dst, src + (kB0 + B) * 64, bytes), ...);
+    (cp_async16_at_l2<(kB0 + B) * kBlockBytes + kK * 2048>(dst, src + (kB0 + B) * 64, bytes,
+                                                           policy),
+     ...);
   }
   (std::make_integer_sequence<int, kB1 - kB0>{});
 }
 template <int kB0, int kB1>
 __device__ __forceinline__ void copy_rows(uint32_t dst, const bf16* const (&src)[4],
-                                          const int (&bytes)[4]) {
-  copy_row<kB0, kB1, 0>(dst, src[0], bytes[0]);
-  copy_row<kB0, kB1, 1>(dst, src[1], bytes[1]);
-  copy_row<kB0, kB1, 2>(dst, src[2], bytes[2]);
-  copy_row<kB0, kB1, 3>(dst, src[3], bytes[3]);
+                                          const int (&bytes)[4], uint64_t policy) {
+  copy_row<kB0, kB1, 0>(dst, src[0], bytes[0], policy);
+  copy_row<kB0, kB1, 1>(dst, src[1], bytes[1], policy);
+  copy_row<kB0, kB1, 2>(dst, src[2], bytes[2], policy);
+  copy_row<kB0, kB1, 3>(dst, src[3], bytes[3], policy);
 }
 
 // The producer warpgroup (thread x of 128). Thread x copies 16-byte chunk x % 8 of every column
@@ -388,6 +391,7 @@ struct Producer {
   int t, ntiles;
   int64_t seq, nk, begin, end;
   int x, g, sub;
+  uint64_t policy;  // the L2 policy of the gathered rows: evict last
 
   __device__ __forceinline__ int32_t index_of(int pair) const {
     const int tile = 2 * pair + (sub >> 2);
@@ -407,7 +411,7 @@ struct Producer {
       src[k] = rows[k] >= 0 ? kbase + rows[k] * p.k_sr + sub * 8 : kbase;
       bytes[k] = rows[k] >= 0 ? 16 : 0;
     }
-    copy_rows<kB0, kB1>(dst, src, bytes);
+    copy_rows<kB0, kB1>(dst, src, bytes, policy);
   }
 };
 
@@ -441,7 +445,7 @@ __device__ __forceinline__ void produce(const Producer& pr, unsigned char* smem,
       src[k] = rows[k] >= 0 ? qbase + rows[k] + pr.sub * 8 : qbase;
       bytes[k] = rows[k] >= 0 ? 16 : 0;
     }
-    copy_rows<0, kColBlocks>(q_dst, src, bytes);
+    copy_rows<0, kColBlocks>(q_dst, src, bytes, l2_evict_first_policy());  // read once
     cp_async_mbar_arrive(&sy.q_full);
   }
 
@@ -536,7 +540,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 2) {
     warpgroup_reg_dealloc<kProducerRegs>();
     const int x = tid - 2 * kWarpgroup;
-    const Producer pr{p, t, ntiles, seq, nk, begin, end, x, x >> 3, x & 7};
+    const Producer pr{p, t, ntiles, seq, nk, begin, end, x, x >> 3, x & 7, l2_evict_last_policy()};
     produce(pr, smem, sy, h0);
     return;
   }

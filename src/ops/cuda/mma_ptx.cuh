@@ -27,6 +27,29 @@ __device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, int
                "r"(bytes), "n"(kOffset));
 }
 
+// L2 policies: lines loaded under evict_last outlast those loaded without one, so rows a kernel
+// gathers again and again from L2 (attention's latent keys) survive its output streaming through;
+// lines loaded under evict_first go first (data read once).
+__device__ __forceinline__ uint64_t l2_evict_last_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// cp_async16_at under an L2 policy, with a 256-byte L2 prefetch (a gathered row's next blocks).
+template <int kOffset>
+__device__ __forceinline__ void cp_async16_at_l2(uint32_t dst, const void* src, int bytes,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0+%3], [%1], 16, %2, %4;\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "n"(kOffset), "l"(policy));
+}
+
 // 4-byte async copy (scales); bytes == 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),

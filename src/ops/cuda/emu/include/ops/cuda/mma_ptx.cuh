@@ -25,6 +25,16 @@ template <int kOffset>
 inline void cp_async16_at(uint32_t dst, const void* src, int bytes) {
   emu::copy_async(emu::smem_pointer(dst + kOffset), src, 16, bytes);
 }
+inline uint64_t l2_evict_last_policy() {
+  return 0;
+}
+inline uint64_t l2_evict_first_policy() {
+  return 0;
+}
+template <int kOffset>
+inline void cp_async16_at_l2(uint32_t dst, const void* src, int bytes, uint64_t) {
+  cp_async16_at<kOffset>(dst, src, bytes);
+}
 inline void cp_async4(void* dst, const void* src, int bytes) {
   emu::copy_async(dst, src, 4, bytes);
 }

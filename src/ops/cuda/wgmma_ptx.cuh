@@ -1,7 +1,6 @@
 // Inline PTX for Hopper's warpgroup MMA (wgmma, sm_90a): the e4m3 m64n128k32 MMA and the bf16
-// m64n32k16, m64n64k16 and m64n256k16 MMAs, all with fp32 accumulators and operands in shared
-// memory, laid out and described as wgmma_layout.cuh says; the bf16 m64n256k16 also with A in
-// registers.
+// m64n64k16 and m64n256k16 MMAs, all with fp32 accumulators and operands in shared memory, laid
+// out and described as wgmma_layout.cuh says; the bf16 m64n256k16 also with A in registers.
 #pragma once
 
 #include <cstdint>
@@ -62,20 +61,6 @@ __device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t d
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// d (+)= A · Bᵀ: A 64×16 and B 32×16 bf16, both K-major in shared memory (d as above, 16 floats).
-__device__ __forceinline__ void wgmma_bf16_m64n32k16(float (&d)[16], uint64_t desc_a,
-                                                     uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, "
-      "0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 

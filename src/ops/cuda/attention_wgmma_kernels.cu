@@ -100,6 +100,33 @@ __device__ __forceinline__ void s_mmas(float (&s)[32], uint64_t q_desc, uint64_t
   }
 }
 
+// S of a consumer's tile of the pair: the half the producer copies first (L for tile 2i, R for
+// 2i + 1: K steps 0-15 or 16-35) while the other lands, then the other; false at the list's end,
+// which the producer marks in `state` with the first half.
+template <Half kFirst>
+__device__ __forceinline__ bool s_tile(float (&s)[32], uint64_t q_desc, uint64_t k_desc,
+                                       uint32_t full_first, uint32_t full_second, const int& state,
+                                       uint32_t phase) {
+  constexpr int kSplit = 4 * kLBlocks, kSteps = kMlaWgmmaDk / 16;  // K steps: the L half's, all
+  mbar_wait(full_first, phase);
+  if (state == 0) return false;
+  wgmma_fence();
+  if constexpr (kFirst == kL)
+    s_mmas<0, kSplit>(s, q_desc, k_desc, true);
+  else
+    s_mmas<kSplit, kSteps>(s, q_desc, k_desc, true);
+  wgmma_commit();
+  mbar_wait(full_second, phase);
+  if constexpr (kFirst == kL)
+    s_mmas<kSplit, kSteps>(s, q_desc, k_desc, false);
+  else
+    s_mmas<0, kSplit>(s, q_desc, k_desc, false);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operands(s);
+  return true;
+}
+
 // O (+)= P · V over 64 keys: P from this thread's registers (pa[2j + h]: rows r0 / r1, keys 8j +
 // 2·q4 (+1), the S fragment's own layout) or from a K-major block; V the N-major column blocks
 // at v (K steps of 16 keys are two 8-row atoms, 2,048 bytes, apart).
@@ -232,17 +259,7 @@ __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync&
   float s[32];
   uint32_t pa[16];
   for (uint32_t phase = 0;; phase ^= 1) {
-    // S of the pair's tile 2i: the L half's 16 K steps while the R half lands.
-    mbar_wait(full_l, phase);
-    if (sy.state[0] == 0) break;
-    wgmma_fence();
-    s_mmas<0, 16>(s, q_desc, k_desc, true);
-    wgmma_commit();
-    mbar_wait(full_r, phase);
-    s_mmas<16, 36>(s, q_desc, k_desc, false);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(s);
+    if (!s_tile<kL>(s, q_desc, k_desc, full_l, full_r, sy.state[0], phase)) break;
 
     float tmax[2];
     c.mask(s, sy.valid[0], scale_log2, tmax);
@@ -319,17 +336,7 @@ __device__ __forceinline__ void consume1(Consumer& c, unsigned char* smem, Sync&
   float s[32];
   uint32_t pa[16];
   for (uint32_t phase = 0;; phase ^= 1) {
-    // S of the pair's tile 2i + 1: the R half first, as the producer copies it first.
-    mbar_wait(full_r, phase);
-    if (sy.state[1] == 0) break;
-    wgmma_fence();
-    s_mmas<16, 36>(s, q_desc, k_desc, true);
-    wgmma_commit();
-    mbar_wait(full_l, phase);
-    s_mmas<0, 16>(s, q_desc, k_desc, false);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(s);
+    if (!s_tile<kR>(s, q_desc, k_desc, full_r, full_l, sy.state[1], phase)) break;
 
     float tmax[2];
     c.mask(s, sy.valid[1], scale_log2, tmax);

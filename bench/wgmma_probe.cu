@@ -51,7 +51,9 @@ __device__ __forceinline__ void promote(float (&acc)[N], float (&p)[N], float f0
 
 // Mode: 0 MMA, wait<0> each; 1 MMA, two fragments, wait<1>; 2 the kernel's pattern (issue, wait<1>,
 // promote the previous); 3 promotions only; 4 a ring of four m64n64k32 fragments, wait<3>, each
-// unit promoted (two units a sub-step); 5 as 4 with wait<2>; 6 as 0 in two m64n64k32 halves.
+// unit promoted (two units a sub-step); 5 as 4 with wait<2>; 6 as 0 in two m64n64k32 halves;
+// 7 and 8 as 1 with, where 2 promotes, 64 FFMAs (7) or IMADs (8) that read no MMA's registers:
+// whether any FP32 work, or any work, waits for the MMAs as the promotions do.
 template <int kMode>
 __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks, int wg) {
   const uint64_t da = wgmma_desc_sw128(smem + (wg - 1) * 64 * 128),
@@ -64,7 +66,7 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
   const long long t0 = clock64();
-  if constexpr (kMode <= 3 || kMode == 6) {
+  if constexpr (kMode != 4 && kMode != 5) {
     float p0[64], p1[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) p0[i] = p1[i] = 0.0f;
@@ -72,7 +74,7 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
       return static_cast<uint32_t>((s & 3) * (kTile >> 4) + 2 * ((s >> 2) & 3));
     };
     // The MMA-only modes (0, 1) accumulate in the tensor cores, so each MMA's result is read.
-    constexpr int kAccumulate = kMode == 2 ? 0 : 1;
+    constexpr int kAccumulate = kMode == 2 ? 0 : 1;  // 7, 8 as 1
     const auto issue = [&](float(&p)[64], int s) {
       wgmma_fence_operands(p);
       wgmma_fence();
@@ -116,6 +118,15 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
         wgmma_wait<1>();
         wgmma_fence_operands(prev);
         if constexpr (kMode == 2) promote(acc, prev, f0, f1);
+        if constexpr (kMode == 7) {  // as many FFMAs, none reading an MMA's registers
+#pragma unroll
+          for (int i = 0; i < 64; ++i) acc[i] = acc[i] * f0 + f1;
+        }
+        if constexpr (kMode == 8) {  // as many integer multiply-adds (IMAD), on acc's bits
+#pragma unroll
+          for (int i = 0; i < 64; ++i)
+            acc[i] = __int_as_float(__float_as_int(acc[i]) * 3 + static_cast<int>(threadIdx.x));
+        }
       };
       const auto last = [&](float(&p)[64]) {
         wgmma_wait<0>();
@@ -146,7 +157,7 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
           }
         }
       }
-      if constexpr (kMode == 1) {  // both fragments' sums (the ladder promoted the last one)
+      if constexpr (kMode == 1 || kMode == 7 || kMode == 8) {  // both fragments' sums
         wgmma_fence_operands(p0);
         wgmma_fence_operands(p1);
         promote(acc, p0, f0, f1);
@@ -301,6 +312,8 @@ int main(int argc, char** argv) {
     run<4>("4 ring: 4 x m64n64k32, wait<3>", steps, sms, wgs, out, clocks, host);
     run<5>("5 ring: 4 x m64n64k32, wait<2>", steps, sms, wgs, out, clocks, host);
     run<6>("6 MMA 2 x m64n64k32, wait<0> each", steps, sms, wgs, out, clocks, host);
+    run<7>("7 as 1, plus 64 FFMA not on MMA registers", steps, sms, wgs, out, clocks, host);
+    run<8>("8 as 1, plus 64 IMAD", steps, sms, wgs, out, clocks, host);
   }
   return 0;
 }

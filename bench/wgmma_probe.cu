@@ -53,7 +53,8 @@ __device__ __forceinline__ void promote(float (&acc)[N], float (&p)[N], float f0
 // promote the previous); 3 promotions only; 4 a ring of four m64n64k32 fragments, wait<3>, each
 // unit promoted (two units a sub-step); 5 as 4 with wait<2>; 6 as 0 in two m64n64k32 halves;
 // 7 and 8 as 1 with, where 2 promotes, 64 FFMAs (7) or IMADs (8) that read no MMA's registers:
-// whether any FP32 work, or any work, waits for the MMAs as the promotions do.
+// whether any FP32 work, or any work, waits for the MMAs as the promotions do; 9 as 2 with the
+// kernel's proxy fence (MEMBAR.ALL.CTA and FENCE.VIEW.ASYNC.S) once every four sub-steps.
 template <int kMode>
 __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks, int wg) {
   const uint64_t da = wgmma_desc_sw128(smem + (wg - 1) * 64 * 128),
@@ -74,7 +75,7 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
       return static_cast<uint32_t>((s & 3) * (kTile >> 4) + 2 * ((s >> 2) & 3));
     };
     // The MMA-only modes (0, 1) accumulate in the tensor cores, so each MMA's result is read.
-    constexpr int kAccumulate = kMode == 2 ? 0 : 1;  // 7, 8 as 1
+    constexpr int kAccumulate = kMode == 2 || kMode == 9 ? 0 : 1;
     const auto issue = [&](float(&p)[64], int s) {
       wgmma_fence_operands(p);
       wgmma_fence();
@@ -117,7 +118,7 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
         issue(cur, s);
         wgmma_wait<1>();
         wgmma_fence_operands(prev);
-        if constexpr (kMode == 2) promote(acc, prev, f0, f1);
+        if constexpr (kMode == 2 || kMode == 9) promote(acc, prev, f0, f1);
         if constexpr (kMode == 7) {  // as many FFMAs, none reading an MMA's registers
 #pragma unroll
           for (int i = 0; i < 64; ++i) acc[i] = acc[i] * f0 + f1;
@@ -136,6 +137,7 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
       issue(p0, 0);
       int s = 1;
       for (; s + 4 <= steps; s += 4) {
+        if constexpr (kMode == 9) fence_proxy_async_smem();  // the kernel's, once a K block
         st(p1, p0, s);
         st(p0, p1, s + 1);
         st(p1, p0, s + 2);
@@ -314,6 +316,7 @@ int main(int argc, char** argv) {
     run<6>("6 MMA 2 x m64n64k32, wait<0> each", steps, sms, wgs, out, clocks, host);
     run<7>("7 as 1, plus 64 FFMA not on MMA registers", steps, sms, wgs, out, clocks, host);
     run<8>("8 as 1, plus 64 IMAD", steps, sms, wgs, out, clocks, host);
+    run<9>("9 as 2, a proxy fence every 4 sub-steps", steps, sms, wgs, out, clocks, host);
   }
   return 0;
 }

@@ -241,25 +241,42 @@ struct Consumer {
   }
 };
 
+// What consumer W addresses: Q; its tile's buffer W (K for S); its output half of V in both
+// buffers (W 0: L, W 1: R); its own P's block and the other's; its tile's full barriers; and
+// the empty barriers of its half of both buffers.
+template <int W>
+struct Role {
+  uint64_t q_desc, k_desc, v0, v1, other_p_desc;
+  unsigned char* own_p;
+  uint32_t full_l, full_r, empty0, empty1;
+  __device__ __forceinline__ Role(unsigned char* smem, Sync& sy) {
+    unsigned char* b0 = smem + kBufOff;
+    unsigned char* b1 = b0 + kTileBytes;
+    unsigned char* p0 = b0 + kRopeBlock * kBlockBytes;
+    unsigned char* p1 = smem + kP1Off;
+    q_desc = wgmma_desc_sw128(smem + kQOff);
+    k_desc = wgmma_desc_sw128(W == 0 ? b0 : b1);
+    v0 = wgmma_desc_sw128_nmajor(b0 + W * kLBlocks * kBlockBytes, kBlockBytes);
+    v1 = wgmma_desc_sw128_nmajor(b1 + W * kLBlocks * kBlockBytes, kBlockBytes);
+    own_p = W == 0 ? p0 : p1;
+    other_p_desc = wgmma_desc_sw128(W == 0 ? p1 : p0);
+    full_l = smem_addr(&sy.full[W][kL]);
+    full_r = smem_addr(&sy.full[W][kR]);
+    empty0 = smem_addr(&sy.empty[0][W == 0 ? kL : kR]);
+    empty1 = smem_addr(&sy.empty[1][W == 0 ? kL : kR]);
+  }
+};
+
 // Warpgroup 0: tiles 2i in buffer 0.
 __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync& sy,
                                          float scale_log2) {
-  unsigned char* q_s = smem + kQOff;
-  unsigned char* b0 = smem + kBufOff;
-  unsigned char* b1 = b0 + kTileBytes;
-  const uint64_t q_desc = wgmma_desc_sw128(q_s), k_desc = wgmma_desc_sw128(b0);
-  const uint64_t v0 = wgmma_desc_sw128_nmajor(b0, kBlockBytes);
-  const uint64_t v1 = wgmma_desc_sw128_nmajor(b1, kBlockBytes);
-  const uint64_t p1_desc = wgmma_desc_sw128(smem + kP1Off);
-  unsigned char* p0_block = b0 + kRopeBlock * kBlockBytes;
-  const uint32_t full_l = smem_addr(&sy.full[0][kL]), full_r = smem_addr(&sy.full[0][kR]);
-  const uint32_t empty_l0 = smem_addr(&sy.empty[0][kL]), empty_l1 = smem_addr(&sy.empty[1][kL]);
+  const Role<0> r(smem, sy);
   mbar_wait(smem_addr(&sy.q_full), 0);
 
   float s[32];
   uint32_t pa[16];
   for (uint32_t phase = 0;; phase ^= 1) {
-    if (!s_tile<kL>(s, q_desc, k_desc, full_l, full_r, sy.state[0], phase)) break;
+    if (!s_tile<kL>(s, r.q_desc, r.k_desc, r.full_l, r.full_r, sy.state[0], phase)) break;
 
     float tmax[2];
     c.mask(s, sy.valid[0], scale_log2, tmax);
@@ -271,12 +288,12 @@ __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync&
     wgmma_fence_operands(c.o);
     wgmma_fence_operands(pa);
     wgmma_fence();
-    pv_rs(c.o, pa, v0);
+    pv_rs(c.o, pa, r.v0);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(c.o);
     wgmma_fence_operands(pa);
-    if (c.lane == 0) mbar_arrive(empty_l0);  // buffer 0's L half: S0 and P0 · V0[L] are done
+    if (c.lane == 0) mbar_arrive(r.empty0);  // buffer 0's L half: S0 and P0 · V0[L] are done
 
     // The pair's maximum (consumer 1's): P0 rescaled to it from fp32, rounded once, for consumer
     // 1. Every warp of this warpgroup waited for its S MMAs before the barrier, so none reads the
@@ -297,7 +314,7 @@ __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync&
             __floats2bfloat162_rn(s[4 * j + 2 * h] * alpha[h], s[4 * j + 2 * h + 1] * alpha[h]);
         memcpy(&pa[2 * j + h], &pp, 4);
       }
-    c.store_p(p0_block, pa);
+    c.store_p(r.own_p, pa);
     fence_proxy_async_smem();
     named_barrier_arrive(kBarP0, 2 * kWarpgroup);
 
@@ -307,36 +324,27 @@ __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync&
     for (int h = 0; h < 2; ++h) c.l[h] *= alpha[h];
     wgmma_fence_operands(c.o);
     wgmma_fence();
-    pv_ss(c.o, p1_desc, v1);
+    pv_ss(c.o, r.other_p_desc, r.v1);
     wgmma_commit();
     // Waited for here, not under the next pair's S: ptxas serialises every MMA of the kernel
     // when a wait leaves this one pending across the loop (C7514), and consumer 1 keeps the
     // tensor cores busy meanwhile. Buffer 1's L half is then free.
     wgmma_wait<0>();
     wgmma_fence_operands(c.o);
-    if (c.lane == 0) mbar_arrive(empty_l1);
+    if (c.lane == 0) mbar_arrive(r.empty1);
   }
 }
 
 // Warpgroup 1: tiles 2i + 1 in buffer 1.
 __device__ __forceinline__ void consume1(Consumer& c, unsigned char* smem, Sync& sy,
                                          float scale_log2) {
-  unsigned char* q_s = smem + kQOff;
-  unsigned char* b0 = smem + kBufOff;
-  unsigned char* b1 = b0 + kTileBytes;
-  unsigned char* p1_block = smem + kP1Off;
-  const uint64_t q_desc = wgmma_desc_sw128(q_s), k_desc = wgmma_desc_sw128(b1);
-  const uint64_t v0 = wgmma_desc_sw128_nmajor(b0 + kLBlocks * kBlockBytes, kBlockBytes);
-  const uint64_t v1 = wgmma_desc_sw128_nmajor(b1 + kLBlocks * kBlockBytes, kBlockBytes);
-  const uint64_t p0_desc = wgmma_desc_sw128(b0 + kRopeBlock * kBlockBytes);
-  const uint32_t full_l = smem_addr(&sy.full[1][kL]), full_r = smem_addr(&sy.full[1][kR]);
-  const uint32_t empty_r0 = smem_addr(&sy.empty[0][kR]), empty_r1 = smem_addr(&sy.empty[1][kR]);
+  const Role<1> r(smem, sy);
   mbar_wait(smem_addr(&sy.q_full), 0);
 
   float s[32];
   uint32_t pa[16];
   for (uint32_t phase = 0;; phase ^= 1) {
-    if (!s_tile<kR>(s, q_desc, k_desc, full_r, full_l, sy.state[1], phase)) break;
+    if (!s_tile<kR>(s, r.q_desc, r.k_desc, r.full_r, r.full_l, sy.state[1], phase)) break;
 
     float tmax[2];
     c.mask(s, sy.valid[1], scale_log2, tmax);
@@ -350,22 +358,22 @@ __device__ __forceinline__ void consume1(Consumer& c, unsigned char* smem, Sync&
     wgmma_fence_operands(c.o);
     wgmma_fence_operands(pa);
     wgmma_fence();
-    pv_rs(c.o, pa, v1);
+    pv_rs(c.o, pa, r.v1);
     wgmma_commit();
-    c.store_p(p1_block, pa);
+    c.store_p(r.own_p, pa);
 
     named_barrier_sync(kBarP0, 2 * kWarpgroup);
-    pv_ss(c.o, p0_desc, v0);
+    pv_ss(c.o, r.other_p_desc, r.v0);
     wgmma_commit();
     fence_proxy_async_smem();
     named_barrier_arrive(kBarP1, 2 * kWarpgroup);
 
     wgmma_wait<1>();
     wgmma_fence_operands(pa);
-    if (c.lane == 0) mbar_arrive(empty_r1);  // buffer 1's R half: S1 and P1 · V1[R] are done
+    if (c.lane == 0) mbar_arrive(r.empty1);  // buffer 1's R half: S1 and P1 · V1[R] are done
     wgmma_wait<0>();
     wgmma_fence_operands(c.o);
-    if (c.lane == 0) mbar_arrive(empty_r0);  // buffer 0's R half and P0: P0 · V0[R] is done
+    if (c.lane == 0) mbar_arrive(r.empty0);  // buffer 0's R half and P0: P0 · V0[R] is done
   }
 }
 

@@ -17,13 +17,22 @@
 // brackets them with F = 13 and 14 and grows with the interval as they do (bench/RESULTS.md
 // "Session 26").
 //
-//   fp8_promotion_model [--model exact|rz|align] [--bits F] [--tokens N] [--pairs 32/32,32/128]
+// --compensate C scales each promotion by 1 + C · the MMAs it sums: rz's truncation removes
+// about 2^-(F+2) / ln 2 of a sum on average, a bias this takes back (bench/fp8_accumulator_probe
+// tells whether the device truncates so).
+//
+// --width H,I takes other widths (GLM-5's: 6144,2048) on three experts, each token routed to
+// all three.
+//
+//   fp8_promotion_model [--model exact|rz|align] [--bits F] [--compensate C] [--tokens N]
+//                       [--width H,I] [--pairs 32/32,32/128]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -44,6 +53,7 @@ enum class Model { kExact, kRz, kAlign };
 struct Mma {
   Model model;
   int bits;
+  double compensate;  // each promotion scaled by 1 + compensate · the MMAs it sums
 
   static double truncate_to(double v, int exp) {
     const double unit = std::ldexp(1.0, exp);
@@ -91,12 +101,13 @@ float kernel_dot(const Mma& mma, const uint8_t* xq, const float* xs, const t::Fp
     const float scale = xs[kb] * ws[kb];
     for (int64_t k0 = kb * 128; k0 < block_end; k0 += promote) {
       float frag = 0.0f;
-      for (int64_t c0 = k0; c0 < std::min(block_end, k0 + promote); c0 += 32) {
+      int mmas = 0;
+      for (int64_t c0 = k0; c0 < std::min(block_end, k0 + promote); c0 += 32, ++mmas) {
         const int n32 = static_cast<int>(std::min<int64_t>(32, block_end - c0));
         for (int i = 0; i < n32; ++i) p[i] = e4m3(xq[c0 + i]) * e4m3(wq[c0 + i]);
         frag = mma(p, n32, frag, c0 != k0);
       }
-      acc = std::fma(frag, scale, acc);
+      acc = std::fma(frag, static_cast<float>(scale * (1.0 + mma.compensate * mmas)), acc);
     }
   }
   return acc;
@@ -148,8 +159,9 @@ double path_error(const Experts& ex, const Tensor& x, const std::vector<int32_t>
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--model exact|rz|align] [--bits F] [--tokens N] "
-               "[--pairs GU/DOWN,...]  (intervals 32, 64 or 128)\n",
+               "usage: %s [--model exact|rz|align] [--bits F] [--compensate C] [--tokens N] "
+               "[--width HIDDEN,INTERMEDIATE] [--pairs GU/DOWN,...]  (intervals 32, 64 or "
+               "128)\n",
                argv0);
   return 2;
 }
@@ -157,8 +169,9 @@ int usage(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Mma mma{Model::kRz, 13};
+  Mma mma{Model::kRz, 13, 0.0};
   int64_t tokens = 700;
+  std::optional<std::pair<int64_t, int64_t>> width;  // (hidden, intermediate)
   std::vector<std::pair<int, int>> pairs = {{32, 32}, {64, 64}, {128, 128}, {32, 128}};
   for (int i = 1; i < argc; ++i) {
     if (i + 1 >= argc) return usage(argv[0]);
@@ -172,6 +185,15 @@ int main(int argc, char** argv) {
     } else if (flag == "--bits") {
       mma.bits = std::atoi(value.c_str());
       if (mma.bits < 4 || mma.bits > 23) return usage(argv[0]);
+    } else if (flag == "--compensate") {
+      mma.compensate = std::atof(value.c_str());
+    } else if (flag == "--width") {
+      char* end = nullptr;
+      const long h = std::strtol(value.c_str(), &end, 10);
+      if (*end != ',') return usage(argv[0]);
+      const long i_w = std::strtol(end + 1, &end, 10);
+      if (*end != '\0' || h < 16 || i_w < 16) return usage(argv[0]);
+      width = std::pair<int64_t, int64_t>{h, i_w};
     } else if (flag == "--tokens") {
       tokens = std::atoll(value.c_str());
       if (tokens < 6) return usage(argv[0]);
@@ -193,8 +215,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  // ops_cuda_moe_test's check_grouped_against_emulation: its experts, tokens and routing.
-  constexpr int64_t E = 12, H = 400, I = 208;
+  // ops_cuda_moe_test's check_grouped_against_emulation: its experts, tokens and routing, or
+  // --width's: three experts, each token routed to all three.
+  const int64_t E = width ? 3 : 12, H = width ? width->first : 400, I = width ? width->second : 208;
   constexpr int top_k = 3;
   Experts ex;
   uint32_t seed = 500;
@@ -207,10 +230,10 @@ int main(int argc, char** argv) {
   std::mt19937 g(9);
   for (int64_t r = 0; r < tokens; ++r) {
     ids[r * top_k] = 0;
-    ids[r * top_k + 1] = 1 + static_cast<int32_t>(g() % 5);
-    ids[r * top_k + 2] = 6 + static_cast<int32_t>(g() % 4);
+    ids[r * top_k + 1] = width ? 1 : 1 + static_cast<int32_t>(g() % 5);
+    ids[r * top_k + 2] = width ? 2 : 6 + static_cast<int32_t>(g() % 4);
   }
-  ids[5 * top_k + 2] = 10;
+  if (!width) ids[5 * top_k + 2] = 10;
   const Tensor x = t::round_bf16(t::random({tokens, H}, 77));
 
   std::vector<std::future<double>> runs;
@@ -220,8 +243,10 @@ int main(int argc, char** argv) {
     }));
   const char* names[] = {"exact", "rz", "align"};
   for (size_t i = 0; i < pairs.size(); ++i)
-    std::printf("model %s, F %d, %ld tokens: gate·up every %3d K, down every %3d K: rel-L2 %.3e\n",
-                names[static_cast<int>(mma.model)], mma.bits, static_cast<long>(tokens),
-                pairs[i].first, pairs[i].second, runs[i].get());
+    std::printf(
+        "model %s, F %d, compensation %.2g, %ld tokens: gate·up every %3d K, down every %3d K: "
+        "rel-L2 %.3e\n",
+        names[static_cast<int>(mma.model)], mma.bits, mma.compensate, static_cast<long>(tokens),
+        pairs[i].first, pairs[i].second, runs[i].get());
   return 0;
 }

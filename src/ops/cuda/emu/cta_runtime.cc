@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -120,6 +121,7 @@ Cta* g_cta = nullptr;
 uint32_t g_schedule_seed = 0;
 constexpr int kH200Sms = 132;
 int g_device_sms = kH200Sms;
+int g_fp8_sum_bits = 0;
 Fiber* g_cur = nullptr;
 ucontext_t g_scheduler;
 
@@ -352,6 +354,17 @@ uint32_t default_schedule_seed() {
     return v != nullptr ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 0u;
   }();
   return seed;
+}
+
+void set_fp8_sum_bits(int bits) {
+  g_fp8_sum_bits = bits;
+}
+double fp8_mma_sum(double exact) {
+  if (g_fp8_sum_bits <= 0 || exact == 0.0) return exact;
+  int e = 0;
+  std::frexp(exact, &e);  // exact = m · 2^e, 0.5 <= |m| < 1: the leading one is 2^(e - 1)
+  const double unit = std::ldexp(1.0, e - 1 - g_fp8_sum_bits);
+  return std::trunc(exact / unit) * unit;
 }
 
 int device_sms() {

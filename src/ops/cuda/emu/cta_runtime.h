@@ -94,4 +94,12 @@ void set_device_sms(int sms);
 // the environment sets it (CTest runs every emulated test a second time so).
 void set_schedule_seed(uint32_t seed);
 
+// How a later e4m3 warpgroup MMA adds: 0 (the default) exactly; F > 0 as Hopper's FP8 MMAs are
+// modelled (bench/fp8_promotion_model.cc, `rz`): the sum of its products and of the fragment it
+// adds to, truncated toward zero to F bits after the leading one. With F = 13 the prefill
+// experts' path lands close to the device's figures at every promotion interval
+// (bench/RESULTS.md, session 26). mma.sync stays exact: the skinny kernel measured as exact sums.
+void set_fp8_sum_bits(int bits);
+double fp8_mma_sum(double exact);
+
 }  // namespace mls::ops::cuda::emu

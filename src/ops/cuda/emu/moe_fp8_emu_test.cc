@@ -245,144 +245,200 @@ TEST(EmulatedMoeFp8, AlignGroupsPairsStablyByExpert) {
 // op's own launches (launch_moe_experts_fp8: each token quantised once and scattered to its pairs'
 // rows, gate·up with SwiGLU, its output quantised, down), and the routing-weighted sum back into
 // token order (moe_unpermute). The reference takes the same steps in float64 with the same
-// roundings (e4m3 of x / (amax / 448) per 128-group, bf16 SwiGLU and expert outputs), so 4e-3
-// holds; a token's row scattered to a wrong pair, or a pair's weight or expert swapped, would not.
-TEST(EmulatedMoeFp8, WholePathFromTokensToTokens) {
-  constexpr int T = 37, k = 3, E = 8;
-  constexpr int64_t H = 272, I = 144, R = T * k;  // partial K blocks both ways
-  std::mt19937 g(5);
-  std::vector<int32_t> ids(T * k);
-  std::vector<float> route_w(T * k);
-  std::uniform_real_distribution<float> wd(0.1f, 1.0f);
-  for (int t = 0; t < T; ++t) {
-    std::vector<int32_t> experts(E);
-    std::iota(experts.begin(), experts.end(), 0);
-    std::shuffle(experts.begin(), experts.end(), g);
-    for (int i = 0; i < k; ++i) {
-      ids[t * k + i] = t < 20 ? experts[i] : i;  // the later tokens all take experts 0, 1, 2
-      route_w[t * k + i] = wd(g);
-    }
-  }
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<__nv_bfloat16> x(T * H);
-  for (auto& v : x) v = __float2bfloat16(nd(g));
-  const int64_t HB = (H + 127) / 128, IB = (I + 127) / 128;
-  std::vector<Weights> gate(E), up(E), down(E);
-  std::vector<uint64_t> gt(E), gs(E), ut(E), us(E), dt(E), ds(E);
-  for (int e = 0; e < E; ++e) {
-    gate[e] = {random_e4m3(I * H, g), random_scales(IB * HB, g)};
-    up[e] = {random_e4m3(I * H, g), random_scales(IB * HB, g)};
-    down[e] = {random_e4m3(H * I, g), random_scales(HB * IB, g)};
-    gt[e] = reinterpret_cast<uint64_t>(gate[e].w.data());
-    gs[e] = reinterpret_cast<uint64_t>(gate[e].s.data());
-    ut[e] = reinterpret_cast<uint64_t>(up[e].w.data());
-    us[e] = reinterpret_cast<uint64_t>(up[e].s.data());
-    dt[e] = reinterpret_cast<uint64_t>(down[e].w.data());
-    ds[e] = reinterpret_cast<uint64_t>(down[e].s.data());
-  }
-
-  // The reference: quantised as fp8_act_rows.cuh says, then the experts in float64.
-  const auto quantise = [](const std::vector<float>& row, std::vector<uint8_t>& q,
-                           std::vector<float>& scales) {
-    q.resize(row.size());
-    scales.resize((row.size() + 127) / 128);
-    test::quantise_act_row(row.data(), static_cast<int64_t>(row.size()), q.data(), scales.data());
-  };
-  const auto bf16 = [](double v) {
-    return __bfloat162float(__float2bfloat16(static_cast<float>(v)));
-  };
-  std::vector<double> want(T * H, 0.0);
-  for (int t = 0; t < T; ++t) {
-    std::vector<float> xr(H);
-    for (int64_t j = 0; j < H; ++j) xr[j] = __bfloat162float(x[t * H + j]);
-    std::vector<uint8_t> xq;
-    std::vector<float> xs;
-    quantise(xr, xq, xs);
-    for (int i = 0; i < k; ++i) {
-      const int e = ids[t * k + i];
-      std::vector<float> h(I);
-      for (int64_t n = 0; n < I; ++n) {
-        const double gv = block_fp8_dot(xq.data(), xs.data(), 1, &gate[e].w[n * H],
-                                        &gate[e].s[(n / 128) * HB], H);
-        const double uv =
-            block_fp8_dot(xq.data(), xs.data(), 1, &up[e].w[n * H], &up[e].s[(n / 128) * HB], H);
-        h[n] = bf16(gv / (1.0 + std::exp(-gv)) * uv);
+// roundings (e4m3 of x / (amax / 448) per 128-group, bf16 SwiGLU and expert outputs).
+class WholePath {
+ public:
+  // T tokens of width H, each routed to k of E experts of width I: the first `spread` at
+  // random, the others all to experts 0 .. k - 1.
+  WholePath(int T, int k, int E, int64_t H, int64_t I, int spread, uint32_t seed)
+      : T_(T), k_(k), E_(E), H_(H), I_(I), HB_((H + 127) / 128), IB_((I + 127) / 128) {
+    std::mt19937 g(seed);
+    ids_.resize(T * k);
+    route_w_.resize(T * k);
+    std::uniform_real_distribution<float> wd(0.1f, 1.0f);
+    for (int t = 0; t < T; ++t) {
+      std::vector<int32_t> experts(E);
+      std::iota(experts.begin(), experts.end(), 0);
+      std::shuffle(experts.begin(), experts.end(), g);
+      for (int i = 0; i < k; ++i) {
+        ids_[t * k + i] = t < spread ? experts[i] : i;
+        route_w_[t * k + i] = wd(g);
       }
-      std::vector<uint8_t> hq;
-      std::vector<float> hs;
-      quantise(h, hq, hs);
-      for (int64_t n = 0; n < H; ++n)
-        want[t * H + n] +=
-            route_w[t * k + i] * bf16(block_fp8_dot(hq.data(), hs.data(), 1, &down[e].w[n * I],
-                                                    &down[e].s[(n / 128) * IB], I));
     }
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    x_.resize(T * H);
+    for (auto& v : x_) v = __float2bfloat16(nd(g));
+    for (int e = 0; e < E; ++e) {
+      gate_.push_back({random_e4m3(I * H, g), random_scales(IB_ * HB_, g)});
+      up_.push_back({random_e4m3(I * H, g), random_scales(IB_ * HB_, g)});
+      down_.push_back({random_e4m3(H * I, g), random_scales(HB_ * IB_, g)});
+    }
+    reference();
   }
 
-  for (const bool skinny : {false, true}) {
-    std::vector<int32_t> src_token(R), dest_row(R), offsets(E + 1);
-    std::vector<int32_t> workspace(ops::scratch::moe_align_ints(R, E));
-    ASSERT_EQ(launch_moe_align(ids.data(), T, k, k, 1, E, src_token.data(), dest_row.data(),
+  // The tokens' outputs [T, H] through the skinny or the tensor-core kernels.
+  std::vector<float> run(bool skinny) const {
+    const int64_t R = static_cast<int64_t>(T_) * k_;
+    std::vector<uint64_t> gt(E_), gs(E_), ut(E_), us(E_), dt(E_), ds(E_);
+    for (int e = 0; e < E_; ++e) {
+      gt[e] = reinterpret_cast<uint64_t>(gate_[e].w.data());
+      gs[e] = reinterpret_cast<uint64_t>(gate_[e].s.data());
+      ut[e] = reinterpret_cast<uint64_t>(up_[e].w.data());
+      us[e] = reinterpret_cast<uint64_t>(up_[e].s.data());
+      dt[e] = reinterpret_cast<uint64_t>(down_[e].w.data());
+      ds[e] = reinterpret_cast<uint64_t>(down_[e].s.data());
+    }
+    std::vector<int32_t> src_token(R), dest_row(R), offsets(E_ + 1);
+    std::vector<int32_t> workspace(ops::scratch::moe_align_ints(R, E_));
+    EXPECT_EQ(launch_moe_align(ids_.data(), T_, k_, k_, 1, E_, src_token.data(), dest_row.data(),
                                offsets.data(), workspace.data(), nullptr),
               cudaSuccess);
-    std::vector<uint8_t> scratch(ops::scratch::moe_experts_fp8_bytes(R, H, I, E));
-    std::vector<__nv_bfloat16> h(R * I), y(R * H);
-    const MoeExpertsFp8Status st = launch_moe_experts_fp8({.x = x.data(),
-                                                           .ldx = H,
-                                                           .T = T,
+    std::vector<uint8_t> scratch(ops::scratch::moe_experts_fp8_bytes(R, H_, I_, E_));
+    std::vector<__nv_bfloat16> h(R * I_), y(R * H_);
+    const MoeExpertsFp8Status st = launch_moe_experts_fp8({.x = x_.data(),
+                                                           .ldx = H_,
+                                                           .T = T_,
                                                            .dest_row = dest_row.data(),
-                                                           .fan = k,
+                                                           .fan = k_,
                                                            .offsets = offsets.data(),
-                                                           .experts = E,
+                                                           .experts = E_,
                                                            .gate = gt.data(),
                                                            .gate_scale = gs.data(),
                                                            .up = ut.data(),
                                                            .up_scale = us.data(),
                                                            .down = dt.data(),
                                                            .down_scale = ds.data(),
-                                                           .gate_up_scale_ld = HB,
-                                                           .down_scale_ld = IB,
-                                                           .hidden = H,
-                                                           .inter = I,
+                                                           .gate_up_scale_ld = HB_,
+                                                           .down_scale_ld = IB_,
+                                                           .hidden = H_,
+                                                           .inter = I_,
                                                            .rows = R,
                                                            .h = h.data(),
-                                                           .ldh = I,
+                                                           .ldh = I_,
                                                            .y = y.data(),
-                                                           .ldy = H,
+                                                           .ldy = H_,
                                                            .scratch = scratch.data(),
                                                            .skinny = skinny},
                                                           nullptr);
-    ASSERT_EQ(st.error, cudaSuccess) << st.step;
-    std::vector<float> out(T * H, NAN);
+    EXPECT_EQ(st.error, cudaSuccess) << st.step;
+    std::vector<float> out(T_ * H_, NAN);
     UnpermuteArgs u{.y = y.data(),
                     .y_dtype = DType::kBF16,
                     .y_rows = R,
-                    .y_stride = H,
+                    .y_stride = H_,
                     .dest_row = dest_row.data(),
-                    .d_s0 = k,
+                    .d_s0 = k_,
                     .d_s1 = 1,
-                    .weights = route_w.data(),
-                    .w_s0 = k,
+                    .weights = route_w_.data(),
+                    .w_s0 = k_,
                     .w_s1 = 1,
                     .out = out.data(),
                     .out_dtype = DType::kF32,
-                    .out_stride = H,
-                    .T = T,
-                    .H = H,
-                    .k = k};
-    ASSERT_EQ(launch_moe_unpermute(u, nullptr), cudaSuccess);
-    double worst = 0.0;
-    for (int t = 0; t < T; ++t) {
-      double e2 = 0.0, r2 = 0.0;
-      for (int64_t n = 0; n < H; ++n) {
-        e2 += (out[t * H + n] - want[t * H + n]) * (out[t * H + n] - want[t * H + n]);
-        r2 += want[t * H + n] * want[t * H + n];
+                    .out_stride = H_,
+                    .T = T_,
+                    .H = H_,
+                    .k = k_};
+    EXPECT_EQ(launch_moe_unpermute(u, nullptr), cudaSuccess);
+    return out;
+  }
+
+  // ‖out − want‖ / ‖want‖ over tokens t0 .. t1 − 1.
+  double rel_l2(const std::vector<float>& out, int t0, int t1) const {
+    double e2 = 0.0, r2 = 0.0;
+    for (int64_t i = t0 * H_; i < t1 * H_; ++i) {
+      e2 += (out[i] - want_[i]) * (out[i] - want_[i]);
+      r2 += want_[i] * want_[i];
+    }
+    const double rel = std::sqrt(e2 / r2);
+    return std::isnan(rel) ? INFINITY : rel;
+  }
+  int tokens() const { return T_; }
+
+ private:
+  // Quantised as fp8_act_rows.cuh says, then the experts in float64.
+  void reference() {
+    const auto quantise = [](const std::vector<float>& row, std::vector<uint8_t>& q,
+                             std::vector<float>& scales) {
+      q.resize(row.size());
+      scales.resize((row.size() + 127) / 128);
+      test::quantise_act_row(row.data(), static_cast<int64_t>(row.size()), q.data(), scales.data());
+    };
+    const auto bf16 = [](double v) {
+      return __bfloat162float(__float2bfloat16(static_cast<float>(v)));
+    };
+    want_.assign(T_ * H_, 0.0);
+    for (int t = 0; t < T_; ++t) {
+      std::vector<float> xr(H_);
+      for (int64_t j = 0; j < H_; ++j) xr[j] = __bfloat162float(x_[t * H_ + j]);
+      std::vector<uint8_t> xq;
+      std::vector<float> xs;
+      quantise(xr, xq, xs);
+      for (int i = 0; i < k_; ++i) {
+        const int e = ids_[t * k_ + i];
+        std::vector<float> h(I_);
+        for (int64_t n = 0; n < I_; ++n) {
+          const double gv = block_fp8_dot(xq.data(), xs.data(), 1, &gate_[e].w[n * H_],
+                                          &gate_[e].s[(n / 128) * HB_], H_);
+          const double uv = block_fp8_dot(xq.data(), xs.data(), 1, &up_[e].w[n * H_],
+                                          &up_[e].s[(n / 128) * HB_], H_);
+          h[n] = bf16(gv / (1.0 + std::exp(-gv)) * uv);
+        }
+        std::vector<uint8_t> hq;
+        std::vector<float> hs;
+        quantise(h, hq, hs);
+        for (int64_t n = 0; n < H_; ++n)
+          want_[t * H_ + n] += route_w_[t * k_ + i] *
+                               bf16(block_fp8_dot(hq.data(), hs.data(), 1, &down_[e].w[n * I_],
+                                                  &down_[e].s[(n / 128) * IB_], I_));
       }
-      const double rel = std::sqrt(e2 / r2);
+    }
+  }
+
+  int T_, k_, E_;
+  int64_t H_, I_, HB_, IB_;
+  std::vector<int32_t> ids_;
+  std::vector<float> route_w_;
+  std::vector<__nv_bfloat16> x_;
+  std::vector<Weights> gate_, up_, down_;
+  std::vector<double> want_;
+};
+
+// 4e-3 holds token by token; a token's row scattered to a wrong pair, or a pair's weight or
+// expert swapped, would not. Widths not multiples of 128 (partial K blocks both ways); the later
+// tokens all take experts 0, 1, 2.
+TEST(EmulatedMoeFp8, WholePathFromTokensToTokens) {
+  const WholePath path(37, 3, 8, 272, 144, 20, 5);
+  for (const bool skinny : {false, true}) {
+    const std::vector<float> out = path.run(skinny);
+    double worst = 0.0;
+    for (int t = 0; t < path.tokens(); ++t) {
+      const double rel = path.rel_l2(out, t, t + 1);
       EXPECT_LE(rel, kFp8Tol) << (skinny ? "skinny" : "tensor cores") << ", token " << t;
-      worst = std::max(worst, std::isnan(rel) ? INFINITY : rel);
+      worst = std::max(worst, rel);
     }
     std::printf("whole path, %s: worst rel_l2 %.2e\n", skinny ? "skinny" : "tensor cores", worst);
   }
+}
+
+// The launcher's promotion intervals against the FP8 tolerance, with the MMAs adding as Hopper's
+// are modelled (emu::set_fp8_sum_bits(13): sums truncated to 13 bits). Gate·up's output is
+// quantised to e4m3 again, so its MMAs' truncation tips some of those roundings. Here both
+// projections every 32 K give 2.9e-3, every 64 K 4.3e-3, every 128 K 4.9e-3; on the device,
+// ops_cuda_moe_test's case measured 3.15e-3, 4.02e-3 and 4.92e-3 (bench/RESULTS.md, session
+// 26). Over all tokens, as that test measures.
+TEST(EmulatedMoeFp8, PromotionIntervalsHoldTheToleranceWithTruncatingSums) {
+  const WholePath path(233, 3, 4, 400, 208, 233, 9);
+  struct TruncatingSums {
+    TruncatingSums() { emu::set_fp8_sum_bits(13); }
+    ~TruncatingSums() { emu::set_fp8_sum_bits(0); }
+  };
+  const std::vector<float> out = [&] {
+    const TruncatingSums bits;
+    return path.run(false);
+  }();
+  const double rel = path.rel_l2(out, 0, path.tokens());
+  std::printf("whole path, sums of 13 bits: rel_l2 %.2e\n", rel);
+  EXPECT_LE(rel, kFp8Tol);
 }
 
 // Threads resumed in another order give the same bits.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "ops/cuda/emu/cta_runtime.h"
 #include "ops/cuda/mma_ptx.cuh"
@@ -91,7 +92,8 @@ void mma(float* d, const AAt& a_at, uint64_t desc_b, int accumulate) {
         double s = 0.0;
         for (int k = 0; k < K; ++k) s += static_cast<double>(arow[h][k]) * bcol[k];
         float& out = d[4 * j + 2 * h + c];
-        out = static_cast<float>(accumulate ? out + s : s);
+        const double sum = accumulate ? out + s : s;
+        out = static_cast<float>(std::is_same_v<In, __nv_fp8_e4m3> ? emu::fp8_mma_sum(sum) : sum);
       }
     }
 }

@@ -44,8 +44,8 @@ struct MoeFp8GemmArgs {
   // per active expert (bench/fp8_kernels_benchmark sweeps it).
   int passes = 0;
   // Tensor-core kernel: K summed inside the tensor cores between promotions to the fp32
-  // accumulator, 32, 64 or 128; 0: the launcher's default (bench/fp8_kernels_benchmark sweeps
-  // it: Hopper's FP8 MMAs accumulate with fewer bits than fp32).
+  // accumulator, 32, 64 or 128; 0: moe_fp8_tc_promote_k(gated) (bench/fp8_kernels_benchmark
+  // sweeps it).
   int promote_k = 0;
   void* y;  // bf16 [rows, ldy]
   int64_t ldy;
@@ -53,10 +53,23 @@ struct MoeFp8GemmArgs {
   bool gated;
 };
 cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
+
 // The same on the tensor cores (sm_90a wgmma): 128-row tiles of each expert's rows, a
 // persistent grid of one CTA per SM. Ignores `active`, `max_active` and `passes`; needs
 // E <= kMoeMaxExperts and ldq % 16 == 0. Not bitwise equal to launch_moe_fp8_gemm (fp32 sums
 // inside a 128-wide K block come in the tensor core's order).
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream);
+
+// The tensor-core kernel's promotion interval (K) when promote_k is 0. Hopper's FP8 MMAs keep
+// about 13 bits between promotions, a relative error near 1e-4: far below the bf16 rounding of
+// down's output, but gate·up's output is quantised to e4m3 for down, and an error that small
+// tips some of those roundings, a whole e4m3 step each. So gate·up promotes every 32 K (with
+// both projections at 64 or 128 K the path measured 4.02e-3 or 4.9e-3 rel-L2, over the 4e-3 FP8
+// tolerance) and down every 128 K: in a model of the MMAs' truncation that fits those figures,
+// down's interval leaves the path's error unchanged (bench/fp8_promotion_model.cc,
+// bench/RESULTS.md "Session 26").
+constexpr int moe_fp8_tc_promote_k(bool gated) {
+  return gated ? 32 : 128;
+}
 
 }  // namespace mls::ops::cuda::kernels

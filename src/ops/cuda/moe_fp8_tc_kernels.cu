@@ -47,12 +47,6 @@ static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <=
               "the CTA's registers at launch");
 // Arrivals that free a slot: every consumer warp, once its MMAs and promotions are past it.
 constexpr int kConsumerWarps = 2 * kWarpgroup / 32;
-// K summed inside the tensor cores between promotions (the launcher's default). Hopper's FP8
-// MMAs accumulate with fewer bits than fp32: promoting every 128 K, as DeepSeek's recipe does,
-// put the grouped experts at 4.9e-3 rel-L2 from the exact emulation (the FP8 tolerance is 4e-3,
-// the skinny kernel's mma.sync 1.7e-3), and the error against the skinny kernel halves from 128
-// to 32 (bench/fp8_kernels_benchmark, bench/RESULTS.md "Session 11").
-constexpr int kDefaultPromoteK = 32;
 constexpr int kTileBytes = kBM * kBK;  // one operand's K block (e4m3)
 // Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
 constexpr int kScaleBytes = (kBM + 4) * 4;
@@ -405,7 +399,7 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   static constexpr Kernel kKernels[2][3] = {
       {moe_fp8_tc_kernel<false, 1>, moe_fp8_tc_kernel<false, 2>, moe_fp8_tc_kernel<false, 4>},
       {moe_fp8_tc_kernel<true, 1>, moe_fp8_tc_kernel<true, 2>, moe_fp8_tc_kernel<true, 4>}};
-  const int promote_k = a.promote_k > 0 ? a.promote_k : kDefaultPromoteK;
+  const int promote_k = a.promote_k > 0 ? a.promote_k : moe_fp8_tc_promote_k(a.gated);
   const int sub = promote_k == 32 ? 0 : promote_k == 64 ? 1 : promote_k == 128 ? 2 : -1;
   if (sub < 0) return cudaErrorInvalidValue;
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];

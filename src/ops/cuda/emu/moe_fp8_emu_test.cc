@@ -153,7 +153,8 @@ TEST(EmulatedMoeFp8, PlainProjection) {
   Case c;
   c.rows_per_expert = kRows;
   const Outcome r = run(c);
-  std::printf("plain, promotion every 32 K: worst rel_l2 %.2e\n", r.worst);
+  std::printf("plain, promotion every %d K: worst rel_l2 %.2e\n", moe_fp8_tc_promote_k(false),
+              r.worst);
 }
 
 TEST(EmulatedMoeFp8, GatedProjection) {
@@ -161,12 +162,14 @@ TEST(EmulatedMoeFp8, GatedProjection) {
   c.rows_per_expert = kRows;
   c.gated = true;
   const Outcome r = run(c);
-  std::printf("gated, promotion every 32 K: worst rel_l2 %.2e\n", r.worst);
+  std::printf("gated, promotion every %d K: worst rel_l2 %.2e\n", moe_fp8_tc_promote_k(true),
+              r.worst);
 }
 
-// The launcher's other promotion intervals: two and four MMAs a sub-step.
+// Every promotion interval the launcher offers (one, two and four MMAs a sub-step), for both
+// projections, whichever is its default.
 TEST(EmulatedMoeFp8, EveryPromotionInterval) {
-  for (const int promote_k : {64, 128})
+  for (const int promote_k : {32, 64, 128})
     for (const bool gated : {false, true}) {
       Case c;
       c.rows_per_expert = {130, 3, 0, 70};

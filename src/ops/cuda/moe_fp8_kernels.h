@@ -67,7 +67,8 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
 // both projections at 64 or 128 K the path measured 4.02e-3 or 4.9e-3 rel-L2, over the 4e-3 FP8
 // tolerance) and down every 128 K: in a model of the MMAs' truncation that fits those figures,
 // down's interval leaves the path's error unchanged (bench/fp8_promotion_model.cc,
-// bench/RESULTS.md "Session 26").
+// bench/RESULTS.md "Session 26"). The emulator holds these defaults to the tolerance under that
+// model (EmulatedMoeFp8.PromotionIntervalsHoldTheToleranceWithTruncatingSums).
 constexpr int moe_fp8_tc_promote_k(bool gated) {
   return gated ? 32 : 128;
 }

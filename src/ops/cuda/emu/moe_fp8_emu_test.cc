@@ -5,9 +5,11 @@
 // over an expert's rows, the tensor-core kernel's producer ring and its barriers and its
 // promotions at every interval the launcher offers, the gated (SwiGLU) and plain epilogues. This
 // checks the kernels' logic on any machine; their numerics on the device (FP8 MMAs keep fewer bits
-// than the emulator's) are ops_cuda_moe_test's.
+// than the emulator's) are ops_cuda_moe_test's, and one case here models them (truncating sums:
+// PromotionIntervalsHoldTheToleranceWithTruncatingSums).
 //
-// Tolerance: the emulated MMAs add exactly; the kernels' promotions add in fp32 and their output
+// Tolerance: the emulated MMAs add exactly unless a case says otherwise; the kernels' promotions
+// add in fp32 and their output
 // is rounded to bf16 (2^-9 relative per element, about 1.1e-3 relative L2), so the FP8 linear's
 // tolerance (4e-3 relative L2, ops_cuda_moe_test) holds with room; a wrong expert, row, scale or
 // a promotion lost (one sub-step of a K block: an eighth of it or more) would not.

@@ -425,6 +425,21 @@ TEST(EmulatedMoeFp8, WholePathFromTokensToTokens) {
   }
 }
 
+// The emulated FP8 MMAs' sums: exact by default; with F bits, truncated toward zero F bits
+// after the sum's leading one, whatever its magnitude or sign.
+TEST(EmulatedMoeFp8, TruncatingSumsKeepFBitsTowardZero) {
+  EXPECT_EQ(emu::fp8_mma_sum(1.0 + 0x1p-20), 1.0 + 0x1p-20);
+  emu::set_fp8_sum_bits(13);
+  for (const double m : {1.0, -1.0, 0x1p-30, -0x1p40}) {
+    EXPECT_EQ(emu::fp8_mma_sum(m * (1.0 + 0x1p-13)), m * (1.0 + 0x1p-13)) << m;
+    EXPECT_EQ(emu::fp8_mma_sum(m * (1.0 + 0.75 * 0x1p-13)), m) << m;
+    EXPECT_EQ(emu::fp8_mma_sum(m * (2.0 - 0x1p-14)), m * (2.0 - 0x1p-13)) << m;
+  }
+  EXPECT_EQ(emu::fp8_mma_sum(0.0), 0.0);
+  emu::set_fp8_sum_bits(0);
+  EXPECT_EQ(emu::fp8_mma_sum(1.0 + 0x1p-20), 1.0 + 0x1p-20);
+}
+
 // The launcher's promotion intervals against the FP8 tolerance, with the MMAs adding as Hopper's
 // are modelled (emu::set_fp8_sum_bits(13): sums truncated to 13 bits). Gate·up's output is
 // quantised to e4m3 again, so its MMAs' truncation tips some of those roundings. Here both

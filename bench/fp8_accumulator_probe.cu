@@ -162,14 +162,17 @@ int main() {
         !check(cudaMalloc(&ds, kRows * sizeof(float)), "malloc") ||
         !check(cudaMalloc(&dout, kRows * 128 * sizeof(float)), "malloc"))
       return 1;
-    cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(ds, start.data(), kRows * sizeof(float), cudaMemcpyHostToDevice);
+    if (!check(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice), "copy") ||
+        !check(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice), "copy") ||
+        !check(cudaMemcpy(ds, start.data(), kRows * sizeof(float), cudaMemcpyHostToDevice), "copy"))
+      return 1;
     std::vector<float> out(kRows * 128);
     for (const int accumulate : {0, 1}) {
       probe_kernel<<<1, 128>>>(da, db, ds, accumulate, dout);
       if (!check(cudaDeviceSynchronize(), "probe")) return 1;
-      cudaMemcpy(out.data(), dout, out.size() * sizeof(float), cudaMemcpyDeviceToHost);
+      if (!check(cudaMemcpy(out.data(), dout, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+                 "copy"))
+        return 1;
       for (size_t i = 0; i < n; ++i) {
         const Case& c = all[first + i];
         if (accumulate == 0 && c.start != 0.0f) continue;  // the start value only when added

@@ -9,7 +9,8 @@
 //
 // Models of one k32 MMA (--model):
 //   exact   its sum, and the fragment's, in fp32: the floor (the skinny kernel measured the same);
-//   rz      its exact sum plus the fragment, truncated toward zero to F bits after the leading one;
+//   rz      its exact sum plus the fragment, truncated toward zero to F bits after the leading one
+//           (ops/cuda/fp8_sum_model.h, the emulator's model too);
 //   align   the products and the fragment aligned to the largest exponent, each truncated to F
 //           bits below it, then summed.
 // On the GPU (ops_cuda_moe_test, both projections at one interval) the path measured 3.15e-3,
@@ -39,11 +40,14 @@
 #include <vector>
 
 #include "ops/cuda/block_fp8_reference.h"
+#include "ops/cuda/fp8_sum_model.h"
 #include "ops/cuda/test_util.h"
 
 namespace {
 
 using mls::Tensor;
+using mls::ops::cuda::kHopperFp8SumBits;
+using mls::ops::cuda::truncated_fp8_sum;
 using mls::ops::cuda::kernels::test::e4m3;
 using mls::ops::cuda::kernels::test::quantise_act_row;
 namespace t = mls::ops::test;
@@ -79,8 +83,7 @@ struct Mma {
     }
     double s = c;
     for (int i = 0; i < n; ++i) s += p[i];
-    if (model == Model::kExact || s == 0) return static_cast<float>(s);
-    return static_cast<float>(truncate_to(s, exponent(s) - 1 - bits));
+    return static_cast<float>(model == Model::kExact ? s : truncated_fp8_sum(s, bits));
   }
 };
 
@@ -169,7 +172,7 @@ int usage(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Mma mma{Model::kRz, 13, 0.0};
+  Mma mma{Model::kRz, kHopperFp8SumBits, 0.0};
   int64_t tokens = 700;
   std::optional<std::pair<int64_t, int64_t>> width;  // (hidden, intermediate)
   std::vector<std::pair<int, int>> pairs = {{32, 32}, {64, 64}, {128, 128}, {32, 128}};

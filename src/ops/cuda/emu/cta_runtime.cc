@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -19,6 +18,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "ops/cuda/fp8_sum_model.h"
 
 namespace mls::ops::cuda::emu {
 namespace {
@@ -360,11 +361,7 @@ void set_fp8_sum_bits(int bits) {
   g_fp8_sum_bits = bits;
 }
 double fp8_mma_sum(double exact) {
-  if (g_fp8_sum_bits <= 0 || exact == 0.0) return exact;
-  int e = 0;
-  std::frexp(exact, &e);  // exact = m · 2^e, 0.5 <= |m| < 1: the leading one is 2^(e - 1)
-  const double unit = std::ldexp(1.0, e - 1 - g_fp8_sum_bits);
-  return std::trunc(exact / unit) * unit;
+  return g_fp8_sum_bits > 0 ? truncated_fp8_sum(exact, g_fp8_sum_bits) : exact;
 }
 
 int device_sms() {

@@ -95,7 +95,7 @@ void set_device_sms(int sms);
 void set_schedule_seed(uint32_t seed);
 
 // How a later e4m3 warpgroup MMA adds: 0 (the default) exactly; F > 0 as Hopper's FP8 MMAs are
-// modelled (bench/fp8_promotion_model.cc, `rz`): the sum of its products and of the fragment it
+// modelled (ops/cuda/fp8_sum_model.h): the sum of its products and of the fragment it
 // adds to, truncated toward zero to F bits after the leading one. With F = 13 the prefill
 // experts' path lands close to the device's figures at every promotion interval
 // (bench/RESULTS.md, session 26). mma.sync stays exact: the skinny kernel measured as exact sums.

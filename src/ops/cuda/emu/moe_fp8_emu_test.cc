@@ -28,6 +28,7 @@
 
 #include "ops/cuda/block_fp8_reference.h"
 #include "ops/cuda/emu/cta_runtime.h"
+#include "ops/cuda/fp8_sum_model.h"
 #include "ops/cuda/moe_experts_fp8_launch.h"
 #include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/moe_kernels.h"
@@ -441,15 +442,15 @@ TEST(EmulatedMoeFp8, TruncatingSumsKeepFBitsTowardZero) {
 }
 
 // The launcher's promotion intervals against the FP8 tolerance, with the MMAs adding as Hopper's
-// are modelled (emu::set_fp8_sum_bits(13): sums truncated to 13 bits). Gate·up's output is
-// quantised to e4m3 again, so its MMAs' truncation tips some of those roundings. Here both
-// projections every 32 K give 2.9e-3, every 64 K 4.3e-3, every 128 K 4.9e-3; on the device,
+// are modelled (emu::set_fp8_sum_bits(kHopperFp8SumBits): sums truncated to 13 bits). Gate·up's
+// output is quantised to e4m3 again, so its MMAs' truncation tips some of those roundings. Here
+// both projections every 32 K give 2.9e-3, every 64 K 4.3e-3, every 128 K 4.9e-3; on the device,
 // ops_cuda_moe_test's case measured 3.15e-3, 4.02e-3 and 4.92e-3 (bench/RESULTS.md, session
 // 26). Over all tokens, as that test measures.
 TEST(EmulatedMoeFp8, PromotionIntervalsHoldTheToleranceWithTruncatingSums) {
   const WholePath path(233, 3, 4, 400, 208, 233, 9);
   struct TruncatingSums {
-    TruncatingSums() { emu::set_fp8_sum_bits(13); }
+    TruncatingSums() { emu::set_fp8_sum_bits(kHopperFp8SumBits); }
     ~TruncatingSums() { emu::set_fp8_sum_bits(0); }
   };
   const std::vector<float> out = [&] {

@@ -1,0 +1,23 @@
+// A model of how Hopper's FP8 tensor-core MMAs add, fitted to the prefill experts' measured
+// errors (bench/RESULTS.md, session 26): a sum kept to `bits` bits after its leading one,
+// truncated toward zero. Shared by the kernel emulator (emu::set_fp8_sum_bits) and
+// bench/fp8_promotion_model.cc (`rz`). Plain C++.
+#pragma once
+
+#include <cmath>
+
+namespace mls::ops::cuda {
+
+// The bits that put the experts' path closest to the device's figures at every promotion interval
+// (between 13 and 14: 13 errs on the side of more error).
+inline constexpr int kHopperFp8SumBits = 13;
+
+inline double truncated_fp8_sum(double exact, int bits) {
+  if (exact == 0.0) return exact;
+  int e = 0;
+  std::frexp(exact, &e);  // exact = m · 2^e, 0.5 <= |m| < 1: the leading one is 2^(e - 1)
+  const double unit = std::ldexp(1.0, e - 1 - bits);
+  return std::trunc(exact / unit) * unit;
+}
+
+}  // namespace mls::ops::cuda

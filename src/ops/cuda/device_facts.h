@@ -10,6 +10,9 @@ namespace mls::ops::cuda::kernels {
 struct DeviceFacts {
   int sms = 0;         // multiprocessors
   int smem_optin = 0;  // shared memory a block may opt into, bytes
+  // Bits an FP8 tensor-core MMA keeps of its sum after the leading one, truncating toward zero;
+  // 0: exact (bench/fp8_accumulator_probe; the emulator models it with emu::set_fp8_sum_bits).
+  int fp8_sum_bits = 0;
 };
 cudaError_t device_facts(int dev, DeviceFacts* f);
 

@@ -60,17 +60,28 @@ cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
 // inside a 128-wide K block come in the tensor core's order).
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream);
 
-// The tensor-core kernel's promotion interval (K) when promote_k is 0. Hopper's FP8 MMAs keep
-// about 13 bits between promotions, a relative error near 1e-4: far below the bf16 rounding of
-// down's output, but gate·up's output is quantised to e4m3 for down, and an error that small
-// tips some of those roundings, a whole e4m3 step each. So gate·up promotes every 32 K (with
-// both projections at 64 or 128 K the path measured 4.02e-3 or 4.9e-3 rel-L2, over the 4e-3 FP8
-// tolerance) and down every 128 K: in a model of the MMAs' truncation that fits those figures,
-// down's interval leaves the path's error unchanged (bench/fp8_promotion_model.cc,
-// bench/RESULTS.md "Session 26"). The emulator holds these defaults to the tolerance under that
-// model (EmulatedMoeFp8.PromotionIntervalsHoldTheToleranceWithTruncatingSums).
+// The scale a promotion of a chain of `mmas` MMAs takes on a device whose FP8 MMAs keep
+// `sum_bits` bits (DeviceFacts::fp8_sum_bits), to make the promoted sums unbiased. A truncation
+// toward zero takes 2^-(F+2) / ln 2 of its sum on average (mantissas spread log-uniformly); in a
+// chain the i-th partial sum carries i / n of the final one, so the final sum falls short by
+// (n + 1) / 2 of that. Unbiased, the sums tip the e4m3 rounding of gate·up's output less often.
+constexpr float moe_fp8_tc_promotion_gain(int sum_bits, int mmas) {
+  if (sum_bits <= 0) return 1.0f;
+  double bias = 1.0 / 0.6931471805599453;  // 1 / ln 2
+  for (int b = 0; b < sum_bits + 2; ++b) bias /= 2;
+  return static_cast<float>(1.0 + bias * (mmas + 1) / 2);
+}
+
+// The tensor-core kernel's promotion interval (K) when promote_k is 0. The MMAs' error is near
+// 1e-4 relative: far below the bf16 rounding of down's output, but gate·up's output is quantised
+// to e4m3 for down, and an error that small tips some of those roundings, a whole e4m3 step
+// each. Biased, gate·up needed 32 K (both projections at 64 or 128 K measured 4.02e-3 or 4.9e-3
+// rel-L2 on the device, over the 4e-3 FP8 tolerance); with unbiased promotions it takes 64 K,
+// and down 128 K (bench/RESULTS.md "Session 26"). The emulator holds these defaults to the
+// tolerance under the truncation model
+// (EmulatedMoeFp8.PromotionIntervalsHoldTheToleranceWithTruncatingSums).
 constexpr int moe_fp8_tc_promote_k(bool gated) {
-  return gated ? 32 : 128;
+  return gated ? 64 : 128;
 }
 
 }  // namespace mls::ops::cuda::kernels

@@ -168,8 +168,8 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const Ring& rin
 // ptxas keeps them in uniform registers: a sub-step's own instructions are its MMA and its
 // promotion's FFMAs.
 template <bool kGated, int kSub, int kWgc>
-__device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& ring, const int* cum,
-                                        int n_tiles, int n_step, int KB) {
+__device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, const Ring& ring,
+                                        const int* cum, int n_tiles, int n_step, int KB) {
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   // This thread's accumulator rows within the tile (C fragment rows l/4 and l/4 + 8 of its warp).
   const int frag_row = kWgc * 64 + warp * 16 + (lane >> 2);
@@ -230,7 +230,7 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& rin
         pos.advance();
         const float* sc = ring.scales + slot * (kBM + 4);
         const float sx0 = sc[frag_row], sx1 = sc[frag_row + 8];
-        const float sw1 = sc[kBM], sw2 = kGated ? sc[kBM + 1] : sw1;
+        const float sw1 = sc[kBM] * gain, sw2 = kGated ? sc[kBM + 1] * gain : sw1;
 #pragma unroll
         for (int k = 0; k < 4; ++k) fp[k] = fc[k];
         fc[0] = sx0 * sw1;
@@ -325,7 +325,8 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, const Ring& rin
 }
 
 template <bool kGated, int kSub>
-__global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8GemmArgs a) {
+__global__ void __launch_bounds__(kThreads, 1)
+    moe_fp8_tc_kernel(const MoeFp8GemmArgs a, float gain) {
   pdl_begin();
   extern __shared__ uint8_t smem_raw[];
   __shared__ int cum[kMoeMaxExperts + 1];
@@ -372,9 +373,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_fp8_tc_kernel(const MoeFp8Gem
   } else {
     warpgroup_reg_alloc<kConsumerRegs>();
     if (wg == 1)
-      consume<kGated, kSub, 0>(a, ring, cum, n_tiles(), n_step, KB());
+      consume<kGated, kSub, 0>(a, gain, ring, cum, n_tiles(), n_step, KB());
     else
-      consume<kGated, kSub, 1>(a, ring, cum, n_tiles(), n_step, KB());
+      consume<kGated, kSub, 1>(a, gain, ring, cum, n_tiles(), n_step, KB());
   }
 }
 
@@ -395,7 +396,7 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   const int64_t tiles = ((a.rows + kBM - 1) / kBM + std::min<int64_t>(a.experts, a.rows)) *
                         ((a.N + n_step - 1) / n_step);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, f.sms));
-  using Kernel = void (*)(MoeFp8GemmArgs);
+  using Kernel = void (*)(MoeFp8GemmArgs, float);
   static constexpr Kernel kKernels[2][3] = {
       {moe_fp8_tc_kernel<false, 1>, moe_fp8_tc_kernel<false, 2>, moe_fp8_tc_kernel<false, 4>},
       {moe_fp8_tc_kernel<true, 1>, moe_fp8_tc_kernel<true, 2>, moe_fp8_tc_kernel<true, 4>}};
@@ -404,7 +405,8 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (sub < 0) return cudaErrorInvalidValue;
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
-  launch(kernel, grid, kThreads, kSmemBytes, stream, a);
+  launch(kernel, grid, kThreads, kSmemBytes, stream, a,
+         moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));
   return cudaGetLastError();
 }
 

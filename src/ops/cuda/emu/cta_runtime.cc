@@ -360,6 +360,9 @@ uint32_t default_schedule_seed() {
 void set_fp8_sum_bits(int bits) {
   g_fp8_sum_bits = bits;
 }
+int fp8_sum_bits() {
+  return g_fp8_sum_bits;
+}
 double fp8_mma_sum(double exact) {
   return g_fp8_sum_bits > 0 ? truncated_fp8_sum(exact, g_fp8_sum_bits) : exact;
 }

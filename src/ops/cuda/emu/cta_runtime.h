@@ -100,6 +100,7 @@ void set_schedule_seed(uint32_t seed);
 // experts' path lands close to the device's figures at every promotion interval
 // (bench/RESULTS.md, session 26). mma.sync stays exact: the skinny kernel measured as exact sums.
 void set_fp8_sum_bits(int bits);
+int fp8_sum_bits();
 double fp8_mma_sum(double exact);
 
 }  // namespace mls::ops::cuda::emu

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <utility>
 
+#include "ops/cuda/fp8_sum_model.h"
+
 namespace mls::ops::cuda::kernels {
 
 cudaError_t device_facts(int dev, DeviceFacts* f) {
@@ -20,8 +22,7 @@ cudaError_t device_facts(int dev, DeviceFacts* f) {
     if (e == cudaSuccess)
       e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e != cudaSuccess) return e;
-    // Hopper, as fitted to the experts' measured errors (bench/RESULTS.md, session 26).
-    d.fp8_sum_bits = major == 9 ? 13 : 0;
+    d.fp8_sum_bits = major == 9 ? kHopperFp8SumBits : 0;
     it = known.emplace(dev, d).first;
   }
   *f = it->second;

@@ -1,7 +1,7 @@
 // A model of how Hopper's FP8 tensor-core MMAs add, fitted to the prefill experts' measured
 // errors (bench/RESULTS.md, session 26): a sum kept to `bits` bits after its leading one,
 // truncated toward zero. Shared by the kernel emulator (emu::set_fp8_sum_bits) and
-// bench/fp8_promotion_model.cc (`rz`). Plain C++.
+// bench/fp8_promotion_model.cc (`rz`), and the experts kernels' unbiased promotions. Plain C++.
 #pragma once
 
 #include <cmath>
@@ -18,6 +18,14 @@ inline double truncated_fp8_sum(double exact, int bits) {
   std::frexp(exact, &e);  // exact = m · 2^e, 0.5 <= |m| < 1: the leading one is 2^(e - 1)
   const double unit = std::ldexp(1.0, e - 1 - bits);
   return std::trunc(exact / unit) * unit;
+}
+
+// The mean relative shortfall of such a sum: the truncation takes 2^-(bits + 2) / ln 2 of it on
+// average (mantissas spread log-uniformly).
+constexpr double truncated_fp8_sum_shortfall(int bits) {
+  double s = 1.0 / 0.6931471805599453;  // 1 / ln 2
+  for (int b = 0; b < bits + 2; ++b) s /= 2;
+  return s;
 }
 
 }  // namespace mls::ops::cuda

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/fp8_sum_model.h"
+
 namespace mls::ops::cuda::kernels {
 
 // active[0] = the number of experts with rows, active[1 ..] = their ids in ascending order, from
@@ -61,15 +63,13 @@ cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream);
 
 // The scale a promotion of a chain of `mmas` MMAs takes on a device whose FP8 MMAs keep
-// `sum_bits` bits (DeviceFacts::fp8_sum_bits), to make the promoted sums unbiased. A truncation
-// toward zero takes 2^-(F+2) / ln 2 of its sum on average (mantissas spread log-uniformly); in a
-// chain the i-th partial sum carries i / n of the final one, so the final sum falls short by
-// (n + 1) / 2 of that. Unbiased, the sums tip the e4m3 rounding of gate·up's output less often.
+// `sum_bits` bits (DeviceFacts::fp8_sum_bits), to make the promoted sums unbiased. In a chain the
+// i-th partial sum carries i / n of the final one, so the final sum falls short by (n + 1) / 2 of
+// one truncation's mean shortfall. Unbiased, the sums tip the e4m3 rounding of gate·up's output
+// less often.
 constexpr float moe_fp8_tc_promotion_gain(int sum_bits, int mmas) {
   if (sum_bits <= 0) return 1.0f;
-  double bias = 1.0 / 0.6931471805599453;  // 1 / ln 2
-  for (int b = 0; b < sum_bits + 2; ++b) bias /= 2;
-  return static_cast<float>(1.0 + bias * (mmas + 1) / 2);
+  return static_cast<float>(1.0 + truncated_fp8_sum_shortfall(sum_bits) * (mmas + 1) / 2);
 }
 
 // The tensor-core kernel's promotion interval (K) when promote_k is 0. The MMAs' error is near

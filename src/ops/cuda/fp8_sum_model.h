@@ -1,7 +1,9 @@
 // A model of how Hopper's FP8 tensor-core MMAs add, fitted to the prefill experts' measured
 // errors (bench/RESULTS.md, session 26): a sum kept to `bits` bits after its leading one,
 // truncated toward zero. Shared by the kernel emulator (emu::set_fp8_sum_bits) and
-// bench/fp8_promotion_model.cc (`rz`), and the experts kernels' unbiased promotions. Plain C++.
+// bench/fp8_promotion_model.cc (`rz`), and the experts kernels' unbiased promotions. The device
+// truncates relative to the largest addend rather than the sum (bench/fp8_accumulator_probe,
+// bench/RESULTS.md "Session 27"), but no model of that fitted the errors better. Plain C++.
 #pragma once
 
 #include <cmath>

@@ -63,22 +63,27 @@ cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream);
 
 // The scale a promotion of a chain of `mmas` MMAs takes on a device whose FP8 MMAs keep
-// `sum_bits` bits (DeviceFacts::fp8_sum_bits), to make the promoted sums unbiased. In a chain the
-// i-th partial sum carries i / n of the final one, so the final sum falls short by (n + 1) / 2 of
-// one truncation's mean shortfall. Unbiased, the sums tip the e4m3 rounding of gate·up's output
-// less often.
+// `sum_bits` bits (DeviceFacts::fp8_sum_bits), to take back the bias of their truncation toward
+// zero: half of one truncation's mean shortfall per MMA. The device's sweep (bench/RESULTS.md
+// "Session 27") put the optimum there at 32 and 64 K: with gate·up every 64 K, 0.8, 1.1, 2.2,
+// 3.3 and 4.4e-5 per MMA measured 3.42, 3.20, 3.11, 3.43 and 4.23e-3 rel-L2; 2.2e-5 is
+// 2^-(13+3) / ln 2. A truncation relative to the sum's own leading one would call for
+// (n + 1) / 2 per chain of n (3.3e-5 per MMA here): the probe shows Hopper truncates relative
+// to the largest addend instead, which takes less. Unbiased, the sums tip the e4m3 rounding of
+// gate·up's output less often.
 constexpr float moe_fp8_tc_promotion_gain(int sum_bits, int mmas) {
   if (sum_bits <= 0) return 1.0f;
-  return static_cast<float>(1.0 + truncated_fp8_sum_shortfall(sum_bits) * (mmas + 1) / 2);
+  return static_cast<float>(1.0 + truncated_fp8_sum_shortfall(sum_bits) * mmas / 2);
 }
 
 // The tensor-core kernel's promotion interval (K) when promote_k is 0. The MMAs' error is near
 // 1e-4 relative: far below the bf16 rounding of down's output, but gate·up's output is quantised
 // to e4m3 for down, and an error that small tips some of those roundings, a whole e4m3 step
-// each. Biased, gate·up needed 32 K (both projections at 64 or 128 K measured 4.02e-3 or 4.9e-3
-// rel-L2 on the device, over the 4e-3 FP8 tolerance); with unbiased promotions it takes 64 K,
-// and down 128 K (bench/RESULTS.md "Session 26"). The emulator holds these defaults to the
-// tolerance under the truncation model
+// each. Biased, gate·up needed 32 K (at 64 K the path measured 4.02e-3 rel-L2 on the device,
+// over the 4e-3 FP8 tolerance); unbiased, 64 K measured 3.11e-3 (32 K biased: 3.16e-3) and
+// 128 K at best 4.07e-3. Down's interval barely moves the error (its output is rounded to
+// bf16): 128 K. bench/RESULTS.md "Session 26" and "Session 27". The emulator holds these
+// defaults to the tolerance under the truncation model
 // (EmulatedMoeFp8.PromotionIntervalsHoldTheToleranceWithTruncatingSums).
 constexpr int moe_fp8_tc_promote_k(bool gated) {
   return gated ? 64 : 128;

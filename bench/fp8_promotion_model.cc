@@ -12,7 +12,11 @@
 //   rz      its exact sum plus the fragment, truncated toward zero to F bits after the leading one
 //           (ops/cuda/fp8_sum_model.h, the emulator's model too);
 //   align   the products and the fragment aligned to the largest exponent, each truncated to F
-//           bits below it, then summed.
+//           bits below it, then summed;
+//   max     the products and the fragment summed exactly, the sum truncated toward zero to F bits
+//           after the leading one of the largest of them: what bench/fp8_accumulator_probe shows
+//           Hopper doing at F = 13 (bench/RESULTS.md "Session 27"). --group G adds the products
+//           G at a time, truncating after each group (32: once an MMA).
 // On the GPU (ops_cuda_moe_test, both projections at one interval) the path measured 3.15e-3,
 // 4.02e-3 and 4.92e-3 rel-L2 at 32, 64 and 128 K (bench/RESULTS.md, sessions 11 and 20). rz
 // brackets them with F = 13 and 14 and grows with the interval as they do (bench/RESULTS.md
@@ -25,8 +29,8 @@
 // --width H,I takes other widths (GLM-5's: 6144,2048) on three experts, each token routed to
 // all three.
 //
-//   fp8_promotion_model [--model exact|rz|align] [--bits F] [--compensate C] [--tokens N]
-//                       [--width H,I] [--pairs 32/32,32/128]
+//   fp8_promotion_model [--model exact|rz|align|max] [--bits F] [--group G] [--compensate C]
+//                       [--tokens N] [--width H,I] [--pairs 32/32,32/128]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -52,12 +56,13 @@ using mls::ops::cuda::kernels::test::e4m3;
 using mls::ops::cuda::kernels::test::quantise_act_row;
 namespace t = mls::ops::test;
 
-enum class Model { kExact, kRz, kAlign };
+enum class Model { kExact, kRz, kAlign, kMax };
 
 struct Mma {
   Model model;
   int bits;
   double compensate;  // each promotion scaled by 1 + compensate · the MMAs it sums
+  int group = 32;
 
   static double truncate_to(double v, int exp) {
     const double unit = std::ldexp(1.0, exp);
@@ -83,6 +88,19 @@ struct Mma {
     }
     double s = c;
     for (int i = 0; i < n; ++i) s += p[i];
+    if (model == Model::kMax) {
+      double acc = c;
+      for (int g0 = 0; g0 < n; g0 += group) {
+        int top = acc != 0 ? exponent(acc) : INT32_MIN;
+        double t = acc;
+        for (int i = g0; i < std::min(n, g0 + group); ++i) {
+          t += p[i];
+          if (p[i] != 0) top = std::max(top, exponent(p[i]));
+        }
+        acc = top == INT32_MIN ? 0.0 : truncate_to(t, top - 1 - bits);
+      }
+      return static_cast<float>(acc);
+    }
     return static_cast<float>(model == Model::kExact ? s : truncated_fp8_sum(s, bits));
   }
 };
@@ -162,7 +180,8 @@ double path_error(const Experts& ex, const Tensor& x, const std::vector<int32_t>
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--model exact|rz|align] [--bits F] [--compensate C] [--tokens N] "
+               "usage: %s [--model exact|rz|align|max] [--bits F] [--group G] [--compensate C] "
+               "[--tokens N] "
                "[--width HIDDEN,INTERMEDIATE] [--pairs GU/DOWN,...]  (intervals 32, 64 or "
                "128)\n",
                argv0);
@@ -185,9 +204,14 @@ int main(int argc, char** argv) {
       mma.model = Model::kRz;
     } else if (flag == "--model" && value == "align") {
       mma.model = Model::kAlign;
+    } else if (flag == "--model" && value == "max") {
+      mma.model = Model::kMax;
     } else if (flag == "--bits") {
       mma.bits = std::atoi(value.c_str());
       if (mma.bits < 4 || mma.bits > 23) return usage(argv[0]);
+    } else if (flag == "--group") {
+      mma.group = std::atoi(value.c_str());
+      if (mma.group < 1 || mma.group > 32) return usage(argv[0]);
     } else if (flag == "--compensate") {
       mma.compensate = std::atof(value.c_str());
     } else if (flag == "--width") {
@@ -244,12 +268,12 @@ int main(int argc, char** argv) {
     runs.push_back(std::async(std::launch::async, [&, gu, down] {
       return path_error(ex, x, ids, top_k, mma, gu, down);
     }));
-  const char* names[] = {"exact", "rz", "align"};
+  const char* names[] = {"exact", "rz", "align", "max"};
   for (size_t i = 0; i < pairs.size(); ++i)
     std::printf(
-        "model %s, F %d, compensation %.2g, %ld tokens: gate·up every %3d K, down every %3d K: "
-        "rel-L2 %.3e\n",
-        names[static_cast<int>(mma.model)], mma.bits, mma.compensate, static_cast<long>(tokens),
-        pairs[i].first, pairs[i].second, runs[i].get());
+        "model %s, F %d, group %d, compensation %.2g, %ld tokens: gate·up every %3d K, down "
+        "every %3d K: rel-L2 %.3e\n",
+        names[static_cast<int>(mma.model)], mma.bits, mma.group, mma.compensate,
+        static_cast<long>(tokens), pairs[i].first, pairs[i].second, runs[i].get());
   return 0;
 }

@@ -3,7 +3,8 @@
 // ring (no producer) and time themselves with clock64. Modes separate the MMAs alone (one or two
 // groups in flight), the promotions' FFMAs alone, the kernel's pattern, and rings of four
 // m64n64k32 fragments with two or three groups in flight (bench/RESULTS.md, session 25).
-//   wgmma_probe [steps]   clocks per sub-step (an m64n128k32 and its 64 FFMAs a warpgroup).
+//   wgmma_probe [steps]   clocks per sub-step (an m64n128k32, two in mode 10, and its 64 FFMAs
+//                         a warpgroup).
 // Every MMA's result must reach the output: ptxas removes an MMA whose accumulator nothing reads
 // (the MMA-only modes accumulate, and their sums are kept).
 #include <cuda_runtime.h>
@@ -48,7 +49,8 @@ __device__ __forceinline__ void promote(float (&acc)[N], float (&p)[N], float f0
 // unit promoted (two units a sub-step); 5 as 4 with wait<2>; 6 as 0 in two m64n64k32 halves;
 // 7 and 8 as 1 with, where 2 promotes, 64 FFMAs (7) or IMADs (8) that read no MMA's registers:
 // whether any FP32 work, or any work, waits for the MMAs as the promotions do; 9 as 2 with the
-// kernel's proxy fence (MEMBAR.ALL.CTA and FENCE.VIEW.ASYNC.S) once every four sub-steps.
+// kernel's proxy fence (MEMBAR.ALL.CTA and FENCE.VIEW.ASYNC.S) once every four sub-steps; 10 as 2
+// with two chained MMAs a sub-step (the kernel promoting every 64 K).
 template <int kMode>
 __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks, int wg) {
   const uint64_t da = wgmma_desc_sw128(smem + (wg - 1) * 64 * 128),
@@ -69,11 +71,17 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
       return static_cast<uint32_t>((s & 3) * (kTile >> 4) + 2 * ((s >> 2) & 3));
     };
     // The MMA-only modes (0, 1) accumulate in the tensor cores, so each MMA's result is read.
-    constexpr int kAccumulate = kMode == 2 || kMode == 9 ? 0 : 1;
+    constexpr int kAccumulate = kMode == 2 || kMode == 9 || kMode == 10 ? 0 : 1;
     const auto issue = [&](float(&p)[64], int s) {
       wgmma_fence_operands(p);
       wgmma_fence();
-      wgmma_e4m3_m64n128k32(p, desc(a_lo + off(s)), desc(b_lo + off(s)), kAccumulate);
+      if constexpr (kMode == 10) {  // K 0-63 or 64-127 of the slot's block, chained
+        const uint32_t o = static_cast<uint32_t>((s & 3) * (kTile >> 4) + 4 * ((s >> 2) & 1));
+        wgmma_e4m3_m64n128k32(p, desc(a_lo + o), desc(b_lo + o), 0);
+        wgmma_e4m3_m64n128k32(p, desc(a_lo + o + 2), desc(b_lo + o + 2), 1);
+      } else {
+        wgmma_e4m3_m64n128k32(p, desc(a_lo + off(s)), desc(b_lo + off(s)), kAccumulate);
+      }
       wgmma_commit();
     };
     if constexpr (kMode == 3) {
@@ -112,7 +120,7 @@ __device__ void consume(uint8_t* smem, int steps, float* out, long long* clocks,
         issue(cur, s);
         wgmma_wait<1>();
         wgmma_fence_operands(prev);
-        if constexpr (kMode == 2 || kMode == 9) promote(acc, prev, f0, f1);
+        if constexpr (kMode == 2 || kMode == 9 || kMode == 10) promote(acc, prev, f0, f1);
         if constexpr (kMode == 7) {  // as many FFMAs, none reading an MMA's registers
 #pragma unroll
           for (int i = 0; i < 64; ++i) acc[i] = acc[i] * f0 + f1;
@@ -263,6 +271,7 @@ __global__ void __launch_bounds__(384, 1)
 template <int kMode>
 void run(const char* name, int steps, int sms, int wgs, float* out, long long* clocks,
          long long* host) {
+  constexpr int kMmas = kMode == 10 ? 2 : 1;  // m64n128k32 MMAs a sub-step
   cudaFuncSetAttribute(probe<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   cudaEvent_t a, b;
   cudaEventCreate(&a);
@@ -283,8 +292,8 @@ void run(const char* name, int steps, int sms, int wgs, float* out, long long* c
       ++n;
     }
   const double per = sum / n / steps;
-  // Useful work: a sub-step is 64 x 128 x 32 MACs a warpgroup.
-  const double tflops = 2.0 * 64 * 128 * 32 * steps * wgs * sms / (ms * 1e-3) / 1e12;
+  // Useful work: a sub-step is kMmas x 64 x 128 x 32 MACs a warpgroup.
+  const double tflops = 2.0 * 64 * 128 * 32 * kMmas * steps * wgs * sms / (ms * 1e-3) / 1e12;
   std::printf("%-44s wgs %d: %7.1f clocks/sub-step, %8.3f ms, %6.0f TFLOP/s  %s\n", name, wgs, per,
               ms, tflops, cudaGetErrorString(cudaGetLastError()));
 }
@@ -311,6 +320,7 @@ int main(int argc, char** argv) {
     run<7>("7 as 1, plus 64 FFMA not on MMA registers", steps, sms, wgs, out, clocks, host);
     run<8>("8 as 1, plus 64 IMAD", steps, sms, wgs, out, clocks, host);
     run<9>("9 as 2, a proxy fence every 4 sub-steps", steps, sms, wgs, out, clocks, host);
+    run<10>("10 as 2, two chained MMAs a sub-step", steps, sms, wgs, out, clocks, host);
   }
   return 0;
 }

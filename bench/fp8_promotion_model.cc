@@ -86,8 +86,6 @@ struct Mma {
       for (int i = 0; i < n; ++i) s += truncate_to(p[i], top - bits);
       return static_cast<float>(s);
     }
-    double s = c;
-    for (int i = 0; i < n; ++i) s += p[i];
     if (model == Model::kMax) {
       double acc = c;
       for (int g0 = 0; g0 < n; g0 += group) {
@@ -101,6 +99,8 @@ struct Mma {
       }
       return static_cast<float>(acc);
     }
+    double s = c;
+    for (int i = 0; i < n; ++i) s += p[i];
     return static_cast<float>(model == Model::kExact ? s : truncated_fp8_sum(s, bits));
   }
 };
@@ -181,9 +181,8 @@ double path_error(const Experts& ex, const Tensor& x, const std::vector<int32_t>
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--model exact|rz|align|max] [--bits F] [--group G] [--compensate C] "
-               "[--tokens N] "
-               "[--width HIDDEN,INTERMEDIATE] [--pairs GU/DOWN,...]  (intervals 32, 64 or "
-               "128)\n",
+               "[--tokens N] [--width HIDDEN,INTERMEDIATE] [--pairs GU/DOWN,...]  (intervals 32, "
+               "64 or 128)\n",
                argv0);
   return 2;
 }

@@ -10,8 +10,8 @@
 
 namespace mls::ops::cuda {
 
-// The bits that put the experts' path closest to the device's figures at every promotion interval
-// (between 13 and 14: 13 errs on the side of more error).
+// The bits Hopper keeps: fitted to the experts' errors (between 13 and 14), then measured by
+// bench/fp8_accumulator_probe (13; bench/RESULTS.md "Session 27").
 inline constexpr int kHopperFp8SumBits = 13;
 
 inline double truncated_fp8_sum(double exact, int bits) {

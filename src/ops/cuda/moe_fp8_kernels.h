@@ -64,13 +64,11 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
 
 // The scale a promotion of a chain of `mmas` MMAs takes on a device whose FP8 MMAs keep
 // `sum_bits` bits (DeviceFacts::fp8_sum_bits), to take back the bias of their truncation toward
-// zero: half of one truncation's mean shortfall per MMA. The device's sweep (bench/RESULTS.md
-// "Session 27") put the optimum there at 32 and 64 K: with gate·up every 64 K, 0.8, 1.1, 2.2,
-// 3.3 and 4.4e-5 per MMA measured 3.42, 3.20, 3.11, 3.43 and 4.23e-3 rel-L2; 2.2e-5 is
-// 2^-(13+3) / ln 2. A truncation relative to the sum's own leading one would call for
-// (n + 1) / 2 per chain of n (3.3e-5 per MMA here): the probe shows Hopper truncates relative
-// to the largest addend instead, which takes less. Unbiased, the sums tip the e4m3 rounding of
-// gate·up's output less often.
+// zero: half of one truncation's mean shortfall per MMA, where the device's sweep of the scale
+// put the experts' least error at 32 and 64 K (bench/RESULTS.md "Session 27"). A truncation
+// relative to the sum's own leading one would call for (n + 1) / 2 shortfalls per chain of n;
+// Hopper truncates relative to the largest addend instead, which takes less. Unbiased, the sums
+// tip the e4m3 rounding of gate·up's output less often.
 constexpr float moe_fp8_tc_promotion_gain(int sum_bits, int mmas) {
   if (sum_bits <= 0) return 1.0f;
   return static_cast<float>(1.0 + truncated_fp8_sum_shortfall(sum_bits) * mmas / 2);

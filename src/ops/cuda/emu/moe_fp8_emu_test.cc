@@ -9,10 +9,10 @@
 // PromotionIntervalsHoldTheToleranceWithTruncatingSums).
 //
 // Tolerance: the emulated MMAs add exactly unless a case says otherwise; the kernels' promotions
-// add in fp32 and their output
-// is rounded to bf16 (2^-9 relative per element, about 1.1e-3 relative L2), so the FP8 linear's
-// tolerance (4e-3 relative L2, ops_cuda_moe_test) holds with room; a wrong expert, row, scale or
-// a promotion lost (one sub-step of a K block: an eighth of it or more) would not.
+// add in fp32 and their output is rounded to bf16 (2^-9 relative per element, about 1.1e-3
+// relative L2), so the FP8 linear's tolerance (4e-3 relative L2, ops_cuda_moe_test) holds with
+// room; a wrong expert, row, scale or a promotion lost (one sub-step of a K block: an eighth of
+// it or more) would not.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>

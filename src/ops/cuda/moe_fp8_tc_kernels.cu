@@ -61,6 +61,9 @@ constexpr int kRingBytes = kStages * (2 * kTileBytes + kScaleBytes);
 constexpr int smem_bytes(bool gated) {
   return kRingBytes + (gated ? kStashBytes : 0) + 1024 /* alignment */;
 }
+// With the static cum[] and barriers, within the 227 KB a Hopper CTA may opt in to.
+static_assert(smem_bytes(true) + (kMoeMaxExperts + 1) * 4 + 2 * kStages * 8 <= 227 * 1024,
+              "the gated kernel's shared memory");
 // Tiles a CTA takes together: a gated pair, else one.
 __host__ __device__ constexpr int tiles_per_item(bool gated) {
   return gated ? 2 : 1;

@@ -386,9 +386,21 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     release(slot);
 
     const int64_t row0 = t.r0 + frag_row;
+    // Column pair j (n0 + 8j + 2(lane % 4) + {0, 1}) of rows row0 and row0 + 8 to y, as `value`.
+    const auto store_bf16 = [&]<int kPairs>(auto value) {
+      auto* y = static_cast<__nv_bfloat16*>(a.y);
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+        const int64_t n = t.n0 + 8 * j + 2 * (lane & 3);
+        if (n >= a.N) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (row0 + 8 * h < t.r_end)
+            *reinterpret_cast<__nv_bfloat162*>(y + (row0 + 8 * h) * a.ldy + n) = value(j, h);
+      }
+    };
     if constexpr (kGated) {
-      // Output j's columns n0 + 8j + 2(lane % 4) + {0, 1} of rows row0 and row0 + 8, in bf16
-      // (zero past N: they are zero-filled, stated for clarity).
+      // SwiGLU of column pair j, in bf16 (zero past N: zero-filled anyway, stated for clarity).
       __nv_bfloat162 out[8][2];
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -399,32 +411,14 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
                                 silu_mul(acc[4 * j + 2 * h], acc[4 * (j + 8) + 2 * h]),
                                 silu_mul(acc[4 * j + 2 * h + 1], acc[4 * (j + 8) + 2 * h + 1]))
                           : __floats2bfloat162_rn(0.0f, 0.0f);
-      if (a.yq) {
+      if (a.yq)
         store_quantised(a, t, row0, lane, out, stash, half_amax);
-        continue;
-      }
-      auto* y = static_cast<__nv_bfloat16*>(a.y);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t n = t.n0 + 8 * j + 2 * (lane & 3);
-        if (n >= a.N) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (row0 + 8 * h < t.r_end)
-            *reinterpret_cast<__nv_bfloat162*>(y + (row0 + 8 * h) * a.ldy + n) = out[j][h];
-      }
+      else
+        store_bf16.template operator()<8>([&](int j, int h) { return out[j][h]; });
     } else {
-      auto* y = static_cast<__nv_bfloat16*>(a.y);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int64_t n = t.n0 + 8 * j + 2 * (lane & 3);
-        if (n >= a.N) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (row0 + 8 * h < t.r_end)
-            *reinterpret_cast<__nv_bfloat162*>(y + (row0 + 8 * h) * a.ldy + n) =
-                __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-      }
+      store_bf16.template operator()<16>([&](int j, int h) {
+        return __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      });
     }
   }
 }

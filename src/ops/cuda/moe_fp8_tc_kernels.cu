@@ -400,17 +400,15 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
       }
     };
     if constexpr (kGated) {
-      // SwiGLU of column pair j, in bf16 (zero past N: zero-filled anyway, stated for clarity).
+      // SwiGLU of column pair j, in bf16: zero past N, where the producer zero-filled B's rows.
       __nv_bfloat162 out[8][2];
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          out[j][h] = t.n0 + 8 * j + 2 * (lane & 3) < a.N
-                          ? __floats2bfloat162_rn(
-                                silu_mul(acc[4 * j + 2 * h], acc[4 * (j + 8) + 2 * h]),
-                                silu_mul(acc[4 * j + 2 * h + 1], acc[4 * (j + 8) + 2 * h + 1]))
-                          : __floats2bfloat162_rn(0.0f, 0.0f);
+          out[j][h] =
+              __floats2bfloat162_rn(silu_mul(acc[4 * j + 2 * h], acc[4 * (j + 8) + 2 * h]),
+                                    silu_mul(acc[4 * j + 2 * h + 1], acc[4 * (j + 8) + 2 * h + 1]));
       if (a.yq)
         store_quantised(a, t, row0, lane, out, stash, half_amax);
       else

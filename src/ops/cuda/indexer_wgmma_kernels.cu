@@ -3,7 +3,7 @@
 // group's QT · hp query rows (token-major, hp heads each, zero past Hi) the N = 256 dimension:
 //   S[64 keys × 256] = K_tile · Q_groupᵀ: m64n256k16, 8 K steps over Di = 128, both operands
 //     K-major in 128-byte-swizzled shared memory;
-//   score[u, key] = Σ_h w[u, h] · relu(scale · S[key, u · hp + h]) in fp32.
+//   score[u, key] = Σ_h (w[u, h] · scale) · relu(S[key, u · hp + h]) in fp32.
 // Same floats as the one-token kernel (indexer_topk_kernels.cu): lane l holds, for each of its
 // two keys, heads 8j + 2(l % 4) + c of every token (the accumulator's columns), which are the
 // heads of fragment row 2(l % 4) + c in that kernel's m16n8 fragments; it sums them in that
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int u = r / HP, h = r % HP;
     const int64_t i = static_cast<int64_t>(tb + u) * p.w_st + h;
     float x = 0.0f;
-    if (u < cnt && h < p.Hi) x = head_weight(p, i);
+    if (u < cnt && h < p.Hi) x = head_weight(p, i) * p.scale;
     w_s[r] = x;
   }
   if (tid < QT) n_s[tid] = tid < cnt ? static_cast<int>(valid_keys(p, tb + tid)) : 0;
@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int mb = 0; mb < HP / 16; ++mb) {
               const int j = u * (HP / 8) + 2 * mb;
               const float* w = w_s + u * HP + 16 * mb + 2 * q4 + c;
-              s += w[0] * fmaxf(acc[4 * j + 2 * hr + c] * p.scale, 0.0f) +
-                   w[8] * fmaxf(acc[4 * j + 4 + 2 * hr + c] * p.scale, 0.0f);
+              s = fmaf(w[8], fmaxf(acc[4 * j + 4 + 2 * hr + c], 0.0f),
+                       fmaf(w[0], fmaxf(acc[4 * j + 2 * hr + c], 0.0f), s));
             }
             part[c] = s;
           }

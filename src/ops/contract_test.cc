@@ -252,6 +252,25 @@ TEST_F(ContractTest, DevicesAndDtypesAreChecked) {
   }
 }
 
+// The indexer's scale is positive (the GPU kernels take it into the head weights through the
+// ReLU), refused otherwise on every device alike.
+TEST_F(ContractTest, IndexerScaleMustBePositive) {
+  for (const Maker& m : makers_)
+    for (float scale : {0.0f, -0.25f}) {
+      SCOPED_TRACE(m.label + " at " + std::to_string(scale));
+      Tensor chosen = m.i32({2, 4});
+      try {
+        indexer_topk(m.a({2, 3, 16}), m.a({6, 16}), m.f32({2, 3}), m.i32({2}), m.i32({2}, 1),
+                     scale, {}, TopkTieOrder::kServing, chosen);
+        ADD_FAILURE() << "no error";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("indexer_topk: scale must be positive"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+}
+
 // A block-FP8 weight needs its block scales (and, for a K whose block count is not a multiple
 // of 4, their padded copy made at load): a meta plan for a GPU checks it as the GPU op would.
 TEST_F(ContractTest, Fp8WeightsNeedTheirScalesInMetaModeToo) {

@@ -51,7 +51,8 @@ void indexer_scores(const Tensor& q, const Tensor& k, const Tensor& w, const Ten
 }  // namespace cuda
 
 // q [T, Hi, Di], k [S or cache rows, Di], w [T, Hi] (weights_proj output, already × Hi^-0.5),
-// q_pos and row_len i32 [T] → chosen i32 [T, topk], unused slots −1. row_len[t] (> q_pos[t]) is
+// scale > 0 (Di^-0.5: the GPU kernels take it into the head weights, w · relu(x · scale) =
+// (w · scale) · relu(x)), q_pos and row_len i32 [T] → chosen i32 [T, topk], unused slots −1. row_len[t] (> q_pos[t]) is
 // the reference's row length (the prompt length for a prompt token, else q_pos[t] + 1), read by
 // kTorchReference only. kServing lists a row's keys in ascending index order, then −1s;
 // kTorchReference in torch's order, with −1 where it ranked a masked position.
@@ -59,8 +60,9 @@ void indexer_scores(const Tensor& q, const Tensor& k, const Tensor& w, const Ten
 // w [T, Hi] with unit inner strides, q_pos contiguous i32 [T], paged keys as attention's, all on
 // `out`'s device. CPU: f32; GPU: q and k bf16, w bf16 or f32.
 inline void indexer_inputs_contract(const Contract& c, const Tensor& q, const Tensor& k,
-                                    const Tensor& w, const Tensor& q_pos, const PagedKeys& pages,
-                                    int64_t T) {
+                                    const Tensor& w, const Tensor& q_pos, float scale,
+                                    const PagedKeys& pages, int64_t T) {
+  if (!(scale > 0.0f)) raise<InvalidArgument>("{}: scale must be positive, found {}", c.op(), scale);
   c.rows("q", q, 3);
   c.need(q.dim(0) == T, "q", q, "{} rows", T);
   c.rows("k", k, 2);
@@ -78,12 +80,12 @@ inline void indexer_inputs_contract(const Contract& c, const Tensor& q, const Te
 }
 // And row_len contiguous i32 [T], chosen contiguous i32 [T, topk].
 inline void indexer_topk_contract(const Tensor& q, const Tensor& k, const Tensor& w,
-                                  const Tensor& q_pos, const Tensor& row_len, float,
+                                  const Tensor& q_pos, const Tensor& row_len, float scale,
                                   const PagedKeys& pages, TopkTieOrder, const Tensor& chosen) {
   const Contract c("indexer_topk", chosen);
   c.need(chosen.ndim() == 2 && chosen.is_contiguous(), "chosen", chosen, "contiguous [T, topk]");
   c.dtype("chosen", chosen, {DType::kI32});
-  indexer_inputs_contract(c, q, k, w, q_pos, pages, chosen.dim(0));
+  indexer_inputs_contract(c, q, k, w, q_pos, scale, pages, chosen.dim(0));
   c.index("row_len", row_len, chosen.dim(0));
 }
 

@@ -83,7 +83,7 @@ std::vector<bool> indexer_ties_at_cut(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& q_pos, float scale, const PagedKeys& pages,
                                       int64_t topk) {
   const int64_t T = q.dim(0);
-  indexer_inputs_contract(Contract("indexer_ties_at_cut", q), q, k, w, q_pos, pages, T);
+  indexer_inputs_contract(Contract("indexer_ties_at_cut", q), q, k, w, q_pos, scale, pages, T);
   check_key_range("indexer_ties_at_cut", q_pos, pages, k.dim(0));
   std::vector<char> tie(T, 0);  // not vector<bool>: rows are written concurrently
   ThreadPool::global().parallel_for(T, 1, [&](int64_t b, int64_t e) {

@@ -68,7 +68,7 @@ void indexer_scores(const Tensor& q, const Tensor& k, const Tensor& w, const Ten
                     IndexerScoreKernel kernel, Tensor& scores) {
   const int64_t T = q.dim(0);
   const Contract c("indexer_scores", scores);
-  indexer_inputs_contract(c, q, k, w, q_pos, pages, T);
+  indexer_inputs_contract(c, q, k, w, q_pos, scale, pages, T);
   c.index("row_len", row_len, T);
   c.need(c.gpu(), "scores", scores, "on a GPU");
   c.dtype("scores", scores, {DType::kF32});

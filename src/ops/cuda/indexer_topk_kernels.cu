@@ -5,8 +5,9 @@
 // one sequence, whose key positions are the same rows (a CTA straddling sequences takes its runs
 // one after another). Per token, the Hi heads are the M dimension of tensor-core products
 // S[heads × keys] = Q[heads × Di] · K_tileᵀ (a k-step's key fragments loaded once for all the
-// run's tokens), then score[j] = Σ_h w[h] · relu(scale · S[h, j]) in fp32, reduced across the
-// lanes that hold one key's heads, written for the token's own valid keys only. Decode steps (a
+// run's tokens), then score[j] = Σ_h (w[h] · scale) · relu(S[h, j]) in fp32 (scale > 0: the
+// same function, one multiply fewer a product), one fused multiply-add a head in head order,
+// reduced across the lanes that hold one key's heads, written for the token's own valid keys only. Decode steps (a
 // token a sequence) take QT = 1, small steps' rows split in chunks across CTAs for two CTAs an
 // SM; steps with more rows than sequences (prompts) take QT = 4 (2 past 32 heads), staging a
 // QT-th of the key bytes per product. Every score is the same products summed in the same order
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kScoreThreads)
         const int h = mb * 16 + g + hh * 8;
         const int64_t i = static_cast<int64_t>(tb + u) * p.w_st + h;
         float x = 0.0f;
-        if (u < cnt && h < p.Hi) x = head_weight(p, i);
+        if (u < cnt && h < p.Hi) x = head_weight(p, i) * p.scale;
         wv[u][mb][hh] = x;
       }
 
@@ -213,8 +214,8 @@ __global__ void __launch_bounds__(kScoreThreads)
             float s = 0.0f;
 #pragma unroll
             for (int mb = 0; mb < MB; ++mb)
-              s += wv[u][mb][0] * fmaxf(acc[u][mb][nt8][c] * p.scale, 0.0f) +
-                   wv[u][mb][1] * fmaxf(acc[u][mb][nt8][c + 2] * p.scale, 0.0f);
+              s = fmaf(wv[u][mb][1], fmaxf(acc[u][mb][nt8][c + 2], 0.0f),
+                       fmaf(wv[u][mb][0], fmaxf(acc[u][mb][nt8][c], 0.0f), s));
             // Lanes with one (lane & 3) hold the same key for the other heads.
             s += __shfl_xor_sync(0xffffffffu, s, 4);
             s += __shfl_xor_sync(0xffffffffu, s, 8);

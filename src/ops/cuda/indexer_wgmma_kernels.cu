@@ -1,8 +1,8 @@
 // DSA indexer scores of prompt rows on warpgroup MMAs. A CTA takes QT consecutive query rows
 // (a token group) and a chunk of their key positions. Keys are the M dimension (64 a tile), the
 // group's QT · hp query rows (token-major, hp heads each, zero past Hi) the N = 256 dimension:
-//   S[64 keys × 256] = K_tile · Q_groupᵀ: two m64n128k16 halves of 8 K steps over Di = 128,
-//     both operands K-major in 128-byte-swizzled shared memory;
+//   S[64 keys × 256] = K_tile · Q_groupᵀ: m64n256k16, 8 K steps over Di = 128, both operands
+//     K-major in 128-byte-swizzled shared memory;
 //   score[u, key] = Σ_h (w[u, h] · scale) · relu(S[key, u · hp + h]) in fp32.
 // Same floats as the one-token kernel (indexer_topk_kernels.cu): lane l holds, for each of its
 // two keys, heads 8j + 2(l % 4) + c of every token (the accumulator's columns), which are the
@@ -12,11 +12,7 @@
 // Three warpgroups share the group's Q tile and take key tiles in turn, each through its own
 // three-stage cp.async ring under its own named barrier, so their epilogues run beside each
 // other's MMAs (three measured 10 % faster than two with four stages; the accumulators leave
-// no room for more). Within a warpgroup a tile's MMAs come in two halves of the query rows
-// (m64n128k16, 64 floats each), so that one half's epilogue runs while the tensor cores compute
-// the other: the second half of tile i during the first's epilogue, the first half of tile
-// i + 1 during the second's. A row's block-table entry is loaded a tile before its copy is
-// issued.
+// no room for more). A row's block-table entry is loaded a tile before its copy is issued.
 // Groups straddling sequences take their runs of rows of one sequence one after another, each
 // over the keys of its sequence (the other rows' columns are computed and not written).
 #include <cuda_bf16.h>
@@ -66,10 +62,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Tokens tb .. tb + cnt − 1; the last tokens (longest rows) go to the first CTAs.
   const int tb = t0 + static_cast<int>(gridDim.x - 1 - blockIdx.x) * QT;
   const int cnt = t0 + nt - tb < QT ? t0 + nt - tb : QT;
-  // The warpgroup as a shuffled value, which ptxas knows to be warp-uniform: its tile count
-  // then bounds loops that MMAs stay in flight across without being serialised.
-  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), wtid = tid & 127,
-            warp = wtid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
   const int64_t key0 = static_cast<int64_t>(blockIdx.y) * tiles_per_cta * kKeys;
   const bf16* kbase = static_cast<const bf16*>(p.k);
 
@@ -104,8 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint64_t q_desc = wgmma_desc_sw128(q_s);
   const int g = lane >> 2, q4 = lane & 3;
   const int r0 = warp * 16 + g;  // this thread's keys in a tile: r0 and r0 + 8
-  // Half h of the group's query rows (tokens h · QT / 2 ..): columns 128 h .. of S.
-  float acc[2][64];
+  float acc[128];
 
   // Runs of tokens of one sequence [g0, g1), one after another: a run's keys are the same rows
   // (those of its first token).
@@ -135,26 +127,46 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int c = 0; c < 8; ++c)
         cp_async16(dst + swizzle128(ld_row, c), src + c * 8, row >= 0 ? 16 : 0);
     };
-    // Tile i's products with half h of the query rows, one commit group.
-    auto mma_half = [&](int i, int h) {
+
+    // The previous run's reads of the stages are over.
+    __syncthreads();
+    {
+      PendingRow first[kStages - 1];
+#pragma unroll
+      for (int i = 0; i < kStages - 1; ++i) first[i] = pending_of(i);
+#pragma unroll
+      for (int i = 0; i < kStages - 1; ++i) {
+        if (i < mine) issue(i, paged_resolve(p, first[i]));
+        cp_async_commit();
+      }
+    }
+    PendingRow next = pending_of(kStages - 1);  // at the top of iteration i: of tile i + S − 1
+
+    for (int i = 0; i < mine; ++i) {
+      cp_async_wait<kStages - 2>();
+      fence_proxy_async_smem();
+      // Tile i visible to the warpgroup; its reads of tile i − 1's stage are over.
+      named_barrier_sync(1 + wg, 128);
+      if (i + kStages - 1 < mine) issue(i + kStages - 1, paged_resolve(p, next));
+      cp_async_commit();
+      next = pending_of(i + kStages);
+
       const uint64_t k_desc = wgmma_desc_sw128(stages + (i % kStages) * kStageBytes);
-      const uint64_t half_desc = q_desc + h * (kN / 2 * 128 >> 4);
-      wgmma_fence_operands(acc[h]);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kDi / 16; ++kk) {
         const int step = kk & 3, block = kk >> 2;  // 16-byte units: 2 per K step of 16
-        wgmma_bf16_m64n128k16(acc[h], k_desc + block * (kKBlockBytes >> 4) + step * 2,
-                              half_desc + block * (kQBlockBytes >> 4) + step * 2, kk > 0);
+        wgmma_bf16_m64n256k16<0>(acc, k_desc + block * (kKBlockBytes >> 4) + step * 2,
+                                 q_desc + block * (kQBlockBytes >> 4) + step * 2, kk > 0);
       }
       wgmma_commit();
-    };
-    // Tile i's scores of the run's tokens in half h.
-    auto epilogue = [&](int i, int h) {
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc);
+
       const int64_t tile_key = first_key(i);
 #pragma unroll
-      for (int v = 0; v < QT / 2; ++v) {
-        const int u = h * (QT / 2) + v, n = n_s[u];
+      for (int u = 0; u < QT; ++u) {
+        const int n = n_s[u];
         if (u < g0 || u >= g1 || tile_key >= n) continue;
         float* srow = scores + static_cast<int64_t>(tb + u - t0) * ld;
 #pragma unroll
@@ -165,10 +177,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             float s = 0.0f;
 #pragma unroll
             for (int mb = 0; mb < HP / 16; ++mb) {
-              const int j = v * (HP / 8) + 2 * mb;
+              const int j = u * (HP / 8) + 2 * mb;
               const float* w = w_s + u * HP + 16 * mb + 2 * q4 + c;
-              s = fmaf(w[8], fmaxf(acc[h][4 * j + 4 + 2 * hr + c], 0.0f),
-                       fmaf(w[0], fmaxf(acc[h][4 * j + 2 * hr + c], 0.0f), s));
+              s = fmaf(w[8], fmaxf(acc[4 * j + 4 + 2 * hr + c], 0.0f),
+                       fmaf(w[0], fmaxf(acc[4 * j + 2 * hr + c], 0.0f), s));
             }
             part[c] = s;
           }
@@ -179,58 +191,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (q4 == 0 && key < n) srow[key] = s;
         }
       }
-    };
-
-    // The previous run's reads of the stages are over.
-    __syncthreads();
-    {
-      PendingRow first[kStages];
-#pragma unroll
-      for (int i = 0; i < kStages; ++i) first[i] = pending_of(i);
-#pragma unroll
-      for (int i = 0; i < kStages; ++i) {
-        if (i < mine) issue(i, paged_resolve(p, first[i]));
-        cp_async_commit();
-      }
-    }
-    PendingRow next = pending_of(kStages);  // at the top of iteration i: of tile i + S
-    if (mine > 0) {
-      cp_async_wait<kStages - 1>();
-      fence_proxy_async_smem();
-      named_barrier_sync(1 + wg, 128);  // tile 0 visible to the warpgroup
-      mma_half(0, 0);
-      mma_half(0, 1);
-    }
-
-    // Tile i's second half runs on the tensor cores during the first half's epilogue, and tile
-    // i + 1's first half during the second's.
-    // After tile i's MMAs: its stage takes tile i + S once the warpgroup's reads of it are over.
-    auto refill = [&](int i) {
-      named_barrier_sync(1 + wg, 128);
-      if (i + kStages < mine) issue(i + kStages, paged_resolve(p, next));
-      cp_async_commit();
-      next = pending_of(i + kStages + 1);
-    };
-    for (int i = 0; i + 1 < mine; ++i) {
-      wgmma_wait<1>();
-      wgmma_fence_operands(acc[0]);
-      epilogue(i, 0);
-      cp_async_wait<kStages - 2>();
-      fence_proxy_async_smem();
-      named_barrier_sync(1 + wg, 128);  // tile i + 1 visible to the warpgroup
-      mma_half(i + 1, 0);
-      wgmma_wait<1>();
-      wgmma_fence_operands(acc[1]);
-      refill(i);
-      epilogue(i, 1);
-      mma_half(i + 1, 1);
-    }
-    if (mine > 0) {
-      wgmma_wait<0>();
-      wgmma_fence_operands(acc[0]);
-      wgmma_fence_operands(acc[1]);
-      epilogue(mine - 1, 0);
-      epilogue(mine - 1, 1);
     }
   }
   cp_async_wait<0>();

@@ -1,7 +1,6 @@
 // Inline PTX for Hopper's warpgroup MMA (wgmma, sm_90a): the e4m3 m64n128k32 MMA and the bf16
-// m64n64k16, m64n128k16 and m64n256k16 MMAs, all with fp32 accumulators and operands in shared
-// memory, laid out and described as wgmma_layout.cuh says; the bf16 m64n256k16 also with A in
-// registers.
+// m64n64k16 and m64n256k16 MMAs, all with fp32 accumulators and operands in shared memory, laid
+// out and described as wgmma_layout.cuh says; the bf16 m64n256k16 also with A in registers.
 #pragma once
 
 #include <cstdint>
@@ -89,17 +88,6 @@ __device__ __forceinline__ void wgmma_bf16_m64n64k16(float (&d)[32], uint64_t de
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" MLS_WGMMA_D32_REGS
       "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
       : MLS_WGMMA_D32(d, 0)
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// d (+)= A · Bᵀ: A 64×16 and B 128×16 bf16, both K-major in shared memory (d as above, 64 floats).
-__device__ __forceinline__ void wgmma_bf16_m64n128k16(float (&d)[64], uint64_t desc_a,
-                                                      uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" MLS_WGMMA_D64_REGS
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : MLS_WGMMA_D64(d)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 

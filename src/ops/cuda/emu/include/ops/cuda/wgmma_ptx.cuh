@@ -186,10 +186,6 @@ inline void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t desc_a, uint64_t desc
 inline void wgmma_bf16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   emu_detail::issue<__nv_bfloat16, 64, false>(d, desc_a, desc_b, accumulate);
 }
-inline void wgmma_bf16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                  int accumulate) {
-  emu_detail::issue<__nv_bfloat16, 128, false>(d, desc_a, desc_b, accumulate);
-}
 template <int kBNMajor>
 inline void wgmma_bf16_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
                                   int accumulate) {

@@ -9,7 +9,6 @@
 #include "ops/linear.h"
 #include "ops/moe_experts.h"
 #include "ops/moe_routing.h"
-#include "ops/scratch_sizes.h"
 
 namespace mls {
 
@@ -40,10 +39,8 @@ void moe_forward(const io::ModelConfig& c, const LayerWeights& w, const Tensor& 
   Tensor y = Tensor::empty({T * K, H}, dt, act, alloc);
   if (ops::moe_experts_grouped(w.expert_table)) {
     // Every expert in one launch per projection, from the device-side offsets; each token is
-    // quantised once and written to its rows. The SwiGLU outputs pass through bf16 only in
-    // steps the skinny kernel takes.
-    Tensor h = ops::scratch::moe_experts_skinny(T * K) ? Tensor::empty({T * K, I}, dt, act, alloc)
-                                                       : Tensor();
+    // quantised once and written to its rows.
+    Tensor h = Tensor::empty({T * K, I}, dt, act, alloc);
     const MlpWeights& e0 = w.experts[0];
     ops::moe_experts_fp8(x, dest_row, offsets, w.expert_table,
                          {.hidden = H,

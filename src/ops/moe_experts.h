@@ -4,9 +4,7 @@
 // host for expert counts and launches no per-expert work. Steps of up to
 // scratch::kMoeSkinnyMaxPairs rows run a batch-invariant skinny kernel, larger ones (prefill) a
 // tensor-core (wgmma) kernel. Each row is gathered from its token and quantised to e4m3 per
-// group of 128 in one pass, as ops::linear quantises for FP8 weights; the SwiGLU outputs are
-// quantised for down by the tensor-core kernel's epilogue, by a launch of their own after the
-// skinny kernel (which writes them to the caller's bf16 buffer first).
+// group of 128 in one pass, as ops::linear quantises for FP8 weights.
 #pragma once
 
 #include <utility>
@@ -48,10 +46,9 @@ inline bool moe_experts_grouped(const Tensor& table) {
 }
 
 // x: bf16 [T, hidden], the tokens; dest_row: i32 [T, k], the row pair (t, i) went to
-// (ops::moe_align's); offsets: i32 [E + 1] (ops::moe_align); h: bf16 [R = T·k, inter], the
-// SwiGLU outputs' buffer where the skinny kernel runs (scratch::moe_experts_skinny(R)), else
-// none (an empty tensor); y: bf16 [R, hidden], row dest_row[t, i] = its expert's MLP of x[t].
-// Rows past offsets[E] (dropped pairs) are left as they are.
+// (ops::moe_align's); offsets: i32 [E + 1] (ops::moe_align); h: bf16 [R = T·k, inter] (the
+// SwiGLU outputs, caller-owned); y: bf16 [R, hidden], row dest_row[t, i] = its expert's MLP of
+// x[t]. Rows past offsets[E] (dropped pairs) are left as they are.
 inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& dest_row, const Tensor& offsets,
                                      const Tensor& table, const ExpertShapes& s, const Tensor& h,
                                      const Tensor& y) {
@@ -63,10 +60,8 @@ inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& dest_row, co
   c.index("dest_row", dest_row, R);
   c.need(dest_row.ndim() == 2 && dest_row.dim(0) == x.dim(0), "dest_row", dest_row,
          "[{}, k] (x's tokens)", x.dim(0));
-  if (scratch::moe_experts_skinny(R) || h.defined()) {
-    c.rows("h", h, 2);
-    c.need(h.dim(0) == R && h.dim(1) == s.inter, "h", h, "[{}, {}]", R, s.inter);
-  }
+  c.rows("h", h, 2);
+  c.need(h.dim(0) == R && h.dim(1) == s.inter, "h", h, "[{}, {}]", R, s.inter);
   c.rows("y", y, 2);
   c.need(y.dim(0) == R && y.dim(1) == s.hidden, "y", y, "[{}, {}]", R, s.hidden);
   c.index("offsets", offsets, -1);
@@ -77,9 +72,9 @@ inline void moe_experts_fp8_contract(const Tensor& x, const Tensor& dest_row, co
   c.dtype("table", table, {DType::kI64});
   for (const auto& [name, t] :
        {std::pair<const char*, const Tensor*>{"x", &x}, {"h", &h}, {"y", &y}})
-    if (t->defined()) c.dtype(name, *t, {DType::kBF16});
+    c.dtype(name, *t, {DType::kBF16});
   c.on_device("x", x);
-  if (h.defined()) c.on_device("h", h);
+  c.on_device("h", h);
   c.on_device("table", table);
 }
 

@@ -177,9 +177,6 @@ constexpr int64_t moe_align_ints(int64_t pairs, int E) {
 // Steps of at most this many (token, expert) pairs run the grouped experts' skinny kernel, batch
 // invariant (decode batches up to 256 at top-8); larger steps (prefill) the tensor-core one.
 inline constexpr int64_t kMoeSkinnyMaxPairs = 2048;
-constexpr bool moe_experts_skinny(int64_t pairs) {
-  return pairs <= kMoeSkinnyMaxPairs;
-}
 // The pairs' quantised activations (hidden wide), then the SwiGLU output's (intermediate wide),
 // each region 256-byte aligned, then the active-expert list (E + 1 ints).
 constexpr int64_t moe_experts_fp8_bytes(int64_t pairs, int64_t hidden, int64_t inter, int64_t E) {

@@ -19,10 +19,8 @@ void moe_experts_fp8(const Tensor& x, const Tensor& dest_row, const Tensor& offs
                              MemTag::kWorkspace, mls::cuda::allocator());
   const auto* addr = reinterpret_cast<const uint64_t*>(table.data<int64_t>());
   // Few rows per expert (decode): the skinny kernel over the active experts; many: tensor cores.
-  const bool skinny = kernel == ExpertKernel::kAuto ? scratch::moe_experts_skinny(R)
+  const bool skinny = kernel == ExpertKernel::kAuto ? R <= scratch::kMoeSkinnyMaxPairs
                                                     : kernel == ExpertKernel::kSkinny;
-  if (skinny && !h.defined())
-    raise<Unsupported>("moe_experts_fp8 on the GPU: the skinny kernel needs h for {} rows", R);
   const kernels::MoeExpertsFp8Status st =
       kernels::launch_moe_experts_fp8({.x = x.raw(),
                                        .ldx = x.stride(0),
@@ -42,8 +40,8 @@ void moe_experts_fp8(const Tensor& x, const Tensor& dest_row, const Tensor& offs
                                        .hidden = H,
                                        .inter = I,
                                        .rows = R,
-                                       .h = skinny ? h.raw() : nullptr,
-                                       .ldh = skinny ? h.stride(0) : 0,
+                                       .h = h.raw(),
+                                       .ldh = h.stride(0),
                                        .y = y.raw(),
                                        .ldy = y.stride(0),
                                        .scratch = buf.raw(),

@@ -1,7 +1,7 @@
 // The launches of the block-FP8 routed experts (ops::moe_experts_fp8 on the GPU) in plain types:
 // each token quantised once and scattered to its (token, expert) rows, gate·up with SwiGLU, its
-// output quantised (by gate·up's own epilogue on the tensor cores), down. Written once for the op
-// (moe_experts_cuda.cc) and the kernels' emulated test.
+// output quantised, down. Written once for the op (moe_experts_cuda.cc) and the kernels'
+// emulated test.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,7 +27,7 @@ struct MoeExpertsFp8Launch {
   int64_t gate_up_scale_ld, down_scale_ld;
   int64_t hidden, inter;
   int64_t rows;  // the (token, expert) rows: offsets[experts]
-  void* h;       // bf16 [rows, inter] at row stride ldh: SwiGLU outputs (skinny kernel only)
+  void* h;       // bf16 [rows, inter] at row stride ldh: SwiGLU outputs
   int64_t ldh;
   void* y;  // bf16 [rows, hidden] at row stride ldy: the experts' outputs
   int64_t ldy;
@@ -76,17 +76,10 @@ inline MoeExpertsFp8Status launch_moe_experts_fp8(const MoeExpertsFp8Launch& m,
                    .N = I,
                    .K = H,
                    .gated = true};
-  if (!m.skinny) {
-    a.yq = hq;
-    a.ldyq = ldhq;
-    a.y_scale = hs;
-    a.y_scale_ld = R;
-  }
   const auto gemm = m.skinny ? launch_moe_fp8_gemm : launch_moe_fp8_gemm_tc;
   if (const cudaError_t e = gemm(a, stream)) return {e, "moe_experts_fp8: gate and up"};
-  if (m.skinny)
-    if (const cudaError_t e = launch_quantize_fp8_act(m.h, m.ldh, R, I, ldhq, R, hq, hs, stream))
-      return {e, "moe_experts_fp8: quantise SwiGLU outputs"};
+  if (const cudaError_t e = launch_quantize_fp8_act(m.h, m.ldh, R, I, ldhq, R, hq, hs, stream))
+    return {e, "moe_experts_fp8: quantise SwiGLU outputs"};
   a.w1 = m.down;
   a.s1 = m.down_scale;
   a.w2 = nullptr;
@@ -95,8 +88,6 @@ inline MoeExpertsFp8Status launch_moe_experts_fp8(const MoeExpertsFp8Launch& m,
   a.xq = hq;
   a.ldq = ldhq;
   a.x_scale = hs;
-  a.yq = nullptr;
-  a.y_scale = nullptr;
   a.y = m.y;
   a.ldy = m.ldy;
   a.N = H;

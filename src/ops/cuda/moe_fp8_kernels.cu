@@ -195,7 +195,6 @@ cudaError_t launch_moe_active_experts(const int32_t* offsets, int E, int32_t* ac
 }
 
 cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream) {
-  if (a.yq) return cudaErrorInvalidValue;  // quantised outputs: the tensor-core kernel's only
   if (a.max_active <= 0 || a.N <= 0) return cudaSuccess;
   const int passes = a.passes > 0 ? a.passes : moe_passes(a.gated, a.rows, a.max_active);
   const int64_t ctas = (a.N + 16 * kMT - 1) / (16 * kMT) * passes;

@@ -53,15 +53,6 @@ struct MoeFp8GemmArgs {
   int64_t ldy;
   int64_t N, K;
   bool gated;
-  // Gated, tensor-core kernel only (the skinny one rejects it): when yq is set, the outputs go
-  // to the next FP8 linear's input instead of y, the bytes launch_quantize_fp8_act would write
-  // for y's bf16 values with t_lead = rows: e4m3 [rows, ldyq] (bytes [N, ldyq) zero) and the
-  // scale of row r's 128-wide group g at y_scale[g · y_scale_ld + r]. Saves y's bf16 round trip
-  // and a launch.
-  uint8_t* yq = nullptr;
-  int64_t ldyq = 0;
-  float* y_scale = nullptr;
-  int64_t y_scale_ld = 0;
 };
 cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
 

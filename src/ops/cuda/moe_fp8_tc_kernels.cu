@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "ops/cuda/device_facts.h"
-#include "ops/cuda/fp8_act_rows.cuh"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/moe_kernels.h"
@@ -23,10 +22,7 @@ namespace {
 // expert, within an expert weight tile by weight tile with its row tiles adjacent, so the CTAs
 // running side by side share a weight tile (read from DRAM about once) and an expert's rows (in
 // L2). A persistent grid of one CTA per SM walks the tiles; every CTA scans the device-side
-// offsets once into shared memory, so nothing waits on the host. Gated tiles come in pairs, the
-// two 64-output halves of a 128-wide group of outputs on the same rows, one after the other on
-// one CTA: its epilogue can then quantise whole groups for down (MoeFp8GemmArgs::yq), the first
-// half's bf16 values waiting in shared memory for the second's.
+// offsets once into shared memory, so nothing waits on the host.
 //
 // A CTA is three warpgroups, specialised. The producer copies K blocks (with the block's
 // activation and weight scales) into a kStages-deep ring of 128-byte-swizzled shared tiles with
@@ -54,35 +50,20 @@ constexpr int kConsumerWarps = 2 * kWarpgroup / 32;
 constexpr int kTileBytes = kBM * kBK;  // one operand's K block (e4m3)
 // Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
 constexpr int kScaleBytes = (kBM + 4) * 4;
-// Gated: the first half's outputs of a pair, 16 bf16 pairs a consumer thread.
-constexpr int kStashWords = 16;
-constexpr int kStashBytes = 2 * kWarpgroup * kStashWords * 4;
-constexpr int kRingBytes = kStages * (2 * kTileBytes + kScaleBytes);
-constexpr int smem_bytes(bool gated) {
-  return kRingBytes + (gated ? kStashBytes : 0) + 1024 /* alignment */;
-}
-// With the static cum[] and barriers, within the 227 KB a Hopper CTA may opt in to.
-static_assert(smem_bytes(true) + (kMoeMaxExperts + 1) * 4 + 2 * kStages * 8 <= 227 * 1024,
-              "the gated kernel's shared memory");
-// Tiles a CTA takes together: a gated pair, else one.
-__host__ __device__ constexpr int tiles_per_item(bool gated) {
-  return gated ? 2 : 1;
-}
+constexpr int kSmemBytes = kStages * (2 * kTileBytes + kScaleBytes) + 1024 /* alignment */;
 
 __device__ __forceinline__ float silu_mul(float g, float u) {
   return g / (1.0f + __expf(-g)) * u;
 }
 
 // Tile `tile` of the numbering above: its expert, first row, end of the expert's rows and first
-// output column; false past the last tile. n_tiles: tiles a row tile has (gated: two a pair).
-// cum[e] = row tiles of the experts before e. In 32 bits (a 64-bit division is a call, and the
-// producer has few registers).
+// weight row; false past the last tile. cum[e] = row tiles of the experts before e. In 32 bits
+// (a 64-bit division is a call, and the producer has few registers).
 struct Tile {
   int e, r0, r_end, n0;
 };
-template <bool kGated>
 __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
-                                          const int32_t* offsets, int tile, Tile& t) {
+                                          const int32_t* offsets, int tile, int n_step, Tile& t) {
   const int q = tile / n_tiles;  // cum[e] · n_tiles <= tile < cum[e + 1] · n_tiles
   if (q >= cum[E]) return false;
   int lo = 0, hi = E;  // the largest e with cum[e] <= q
@@ -95,19 +76,11 @@ __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
   }
   const int m_tiles = cum[lo + 1] - cum[lo];
   const int local = tile - cum[lo] * n_tiles;
-  const int item = local / tiles_per_item(kGated), half = local % tiles_per_item(kGated);
   t.e = lo;
-  t.r0 = offsets[lo] + (item % m_tiles) * kBM;
+  t.r0 = offsets[lo] + (local % m_tiles) * kBM;
   t.r_end = offsets[lo + 1];
-  t.n0 = (item / m_tiles) * kBN + half * (kBN / 2);
+  t.n0 = (local / m_tiles) * n_step;
   return true;
-}
-
-// The i-th tile a CTA takes: items blockIdx.x, + gridDim.x, ..., each item's tiles in a row.
-template <bool kGated>
-__device__ __forceinline__ int cta_tile(int i) {
-  constexpr int kPer = tiles_per_item(kGated);
-  return (static_cast<int>(blockIdx.x) + i / kPer * static_cast<int>(gridDim.x)) * kPer + i % kPer;
 }
 
 // The ring's position: slot and the parity of the pass over the ring.
@@ -123,12 +96,11 @@ struct RingPos {
 };
 
 struct Ring {
-  uint8_t* a;             // [kStages][kBM rows][128 bytes]
-  uint8_t* b;             // [kStages][kBN rows][128 bytes]
-  float* scales;          // [kStages][kBM + 4]
-  uint64_t* full;         // [kStages]
-  uint64_t* empty;        // [kStages]
-  __nv_bfloat162* stash;  // gated: [2 consumers][kStashWords][kWarpgroup]
+  uint8_t* a;       // [kStages][kBM rows][128 bytes]
+  uint8_t* b;       // [kStages][kBN rows][128 bytes]
+  float* scales;    // [kStages][kBM + 4]
+  uint64_t* full;   // [kStages]
+  uint64_t* empty;  // [kStages]
 };
 
 // The producer warpgroup (thread p of 128): chunk p % 8 of tile rows p / 8 + 16 i (i < 8) of A
@@ -137,15 +109,15 @@ struct Ring {
 // ones are immediate offsets: the producer keeps kProducerRegs registers.
 template <bool kGated>
 __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const Ring& ring, const int* cum,
-                                        int n_tiles, int KB, int p) {
+                                        int n_tiles, int n_step, int KB, int p) {
   const int chunk = p & 7, row0 = p >> 3;
   const uint32_t dst = smem_addr(ring.a) + swizzle128(row0, chunk);  // rows row0 + 16 i follow
   const int64_t a_step = 16 * a.ldq, b_step = 16 * a.K;
   const uint32_t empty0 = smem_addr(ring.empty);
   RingPos pos;
-  for (int i = 0;; ++i) {
+  for (int tile = blockIdx.x;; tile += gridDim.x) {
     Tile t;
-    if (!find_tile<kGated>(cum, a.experts, n_tiles, a.offsets, cta_tile<kGated>(i), t)) break;
+    if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
     const uint8_t* xa = a.xq + (t.r0 + row0) * a.ldq + chunk * 16;
     // Gated: B rows 0-63 are gate rows n0 + r, rows 64-127 the same up rows.
     const uint8_t* wa =
@@ -189,59 +161,6 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const Ring& rin
   }
 }
 
-// A gated tile's outputs (a thread's 8 column pairs of its two rows, bf16) on their way to
-// down's input. The pair's first half waits in the thread's stash words with its rows' amax;
-// the second finishes each row's 128-wide group: scale = amax / 448 over both halves, then both
-// halves' e4m3 bytes. The four lanes of a quad hold a row's 64 columns of a half.
-__device__ __forceinline__ void store_quantised(const MoeFp8GemmArgs& a, const Tile& t,
-                                                int64_t row0, int lane,
-                                                const __nv_bfloat162 (&out)[8][2],
-                                                __nv_bfloat162* stash, float (&half_amax)[2]) {
-  float amax[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float m = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 v = __bfloat1622float2(out[j][h]);
-      m = fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y)));
-    }
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    amax[h] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-  }
-  if (t.n0 % kBN == 0) {  // the first half
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) stash[(2 * j + h) * kWarpgroup] = out[j][h];
-    half_amax[0] = amax[0];
-    half_amax[1] = amax[1];
-    return;
-  }
-  const int64_t n_first = t.n0 - kBN / 2 + 2 * (lane & 3);  // the first half's, j = 0
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t r = row0 + 8 * h;
-    if (r >= t.r_end) continue;
-    const float scale = fp8_act::group_scale(fmaxf(amax[h], half_amax[h]));
-    uint8_t* q = a.yq + r * a.ldyq;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 f = __bfloat1622float2(stash[(2 * j + h) * kWarpgroup]);
-      const float s[2] = {f.x, f.y};
-      const float2 g = __bfloat1622float2(out[j][h]);
-      const float u[2] = {g.x, g.y};
-      if (n_first + 8 * j < a.ldyq)
-        *reinterpret_cast<uint16_t*>(q + n_first + 8 * j) =
-            static_cast<uint16_t>(fp8_act::pack<2>(s, scale));
-      if (n_first + kBN / 2 + 8 * j < a.ldyq)
-        *reinterpret_cast<uint16_t*>(q + n_first + kBN / 2 + 8 * j) =
-            static_cast<uint16_t>(fp8_act::pack<2>(u, scale));
-    }
-    if ((lane & 3) == 0) a.y_scale[(t.n0 / kBN) * a.y_scale_ld + r] = scale;
-  }
-}
-
 // A consumer warpgroup (kWgc 0 or 1: tile rows 64 kWgc ..): kSub MMAs (32 K each) accumulated
 // in the tensor cores before each promotion to the fp32 accumulator.
 // Every address the MMAs and barriers take derives from compile-time and CTA-uniform values only
@@ -250,7 +169,7 @@ __device__ __forceinline__ void store_quantised(const MoeFp8GemmArgs& a, const T
 // promotion's FFMAs.
 template <bool kGated, int kSub, int kWgc>
 __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, const Ring& ring,
-                                        const int* cum, int n_tiles, int KB) {
+                                        const int* cum, int n_tiles, int n_step, int KB) {
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   // This thread's accumulator rows within the tile (C fragment rows l/4 and l/4 + 8 of its warp).
   const int frag_row = kWgc * 64 + warp * 16 + (lane >> 2);
@@ -262,12 +181,10 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
   const uint32_t a_lo = static_cast<uint32_t>(desc_a), b_lo = static_cast<uint32_t>(desc_b);
   const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
-  __nv_bfloat162* stash = ring.stash + kWgc * kStashWords * kWarpgroup + (threadIdx.x & 127);
-  float half_amax[2];  // quantised outputs: the pair's first half's amax of each row, so far
   RingPos pos;
-  for (int ti = 0;; ++ti) {
+  for (int tile = blockIdx.x;; tile += gridDim.x) {
     Tile t;
-    if (!find_tile<kGated>(cum, a.experts, n_tiles, a.offsets, cta_tile<kGated>(ti), t)) break;
+    if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
 
     float acc[64], p0[64], p1[64];
 #pragma unroll
@@ -385,38 +302,24 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     tail(std::make_integer_sequence<int, kU>{});
     release(slot);
 
+    auto* y = static_cast<__nv_bfloat16*>(a.y);
     const int64_t row0 = t.r0 + frag_row;
-    // Column pair j (n0 + 8j + 2(lane % 4) + {0, 1}) of rows row0 and row0 + 8 to y, as `value`.
-    const auto store_bf16 = [&]<int kPairs>(auto value) {
-      auto* y = static_cast<__nv_bfloat16*>(a.y);
+    constexpr int kOutChunks = kGated ? 8 : 16;
 #pragma unroll
-      for (int j = 0; j < kPairs; ++j) {
-        const int64_t n = t.n0 + 8 * j + 2 * (lane & 3);
-        if (n >= a.N) continue;
+    for (int j = 0; j < kOutChunks; ++j) {
+      const int64_t n = t.n0 + 8 * j + 2 * (lane & 3);
+      if (n >= a.N) continue;
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (row0 + 8 * h < t.r_end)
-            *reinterpret_cast<__nv_bfloat162*>(y + (row0 + 8 * h) * a.ldy + n) = value(j, h);
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = row0 + 8 * h;
+        if (r >= t.r_end) continue;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if constexpr (kGated) {
+          v0 = silu_mul(v0, acc[4 * (j + 8) + 2 * h]);
+          v1 = silu_mul(v1, acc[4 * (j + 8) + 2 * h + 1]);
+        }
+        *reinterpret_cast<__nv_bfloat162*>(y + r * a.ldy + n) = __floats2bfloat162_rn(v0, v1);
       }
-    };
-    if constexpr (kGated) {
-      // SwiGLU of column pair j, in bf16: zero past N, where the producer zero-filled B's rows.
-      __nv_bfloat162 out[8][2];
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          out[j][h] =
-              __floats2bfloat162_rn(silu_mul(acc[4 * j + 2 * h], acc[4 * (j + 8) + 2 * h]),
-                                    silu_mul(acc[4 * j + 2 * h + 1], acc[4 * (j + 8) + 2 * h + 1]));
-      if (a.yq)
-        store_quantised(a, t, row0, lane, out, stash, half_amax);
-      else
-        store_bf16.template operator()<8>([&](int j, int h) { return out[j][h]; });
-    } else {
-      store_bf16.template operator()<16>([&](int j, int h) {
-        return __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-      });
     }
   }
 }
@@ -429,12 +332,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ int cum[kMoeMaxExperts + 1];
   __shared__ uint64_t full[kStages], empty[kStages];
   uint8_t* smem = align_smem_1024(smem_raw);
-  const Ring ring{smem,
-                  smem + kStages * kTileBytes,
-                  reinterpret_cast<float*>(smem + 2 * kStages * kTileBytes),
-                  full,
-                  empty,
-                  reinterpret_cast<__nv_bfloat162*>(smem + kRingBytes)};
+  const Ring ring{smem, smem + kStages * kTileBytes,
+                  reinterpret_cast<float*>(smem + 2 * kStages * kTileBytes), full, empty};
 
   const int E = a.experts;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -465,19 +364,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   // Computed in each role: nothing but the arguments lives across the register reallocation.
-  const auto n_tiles = [&] {
-    return static_cast<int>((a.N + kBN - 1) / kBN) * tiles_per_item(kGated);
-  };
+  constexpr int n_step = kGated ? kBN / 2 : kBN;  // outputs per tile
+  const auto n_tiles = [&] { return static_cast<int>((a.N + n_step - 1) / n_step); };
   const auto KB = [&] { return static_cast<int>((a.K + kBK - 1) / kBK); };
   if (wg == 0) {
     warpgroup_reg_dealloc<kProducerRegs>();
-    produce<kGated>(a, ring, cum, n_tiles(), KB(), tid);
+    produce<kGated>(a, ring, cum, n_tiles(), n_step, KB(), tid);
   } else {
     warpgroup_reg_alloc<kConsumerRegs>();
     if (wg == 1)
-      consume<kGated, kSub, 0>(a, gain, ring, cum, n_tiles(), KB());
+      consume<kGated, kSub, 0>(a, gain, ring, cum, n_tiles(), n_step, KB());
     else
-      consume<kGated, kSub, 1>(a, gain, ring, cum, n_tiles(), KB());
+      consume<kGated, kSub, 1>(a, gain, ring, cum, n_tiles(), n_step, KB());
   }
 }
 
@@ -488,17 +386,16 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (a.experts <= 0 || a.experts > kMoeMaxExperts || a.K % 16 != 0 || a.N % 2 != 0 ||
       a.ldq % 16 != 0 || a.ldy % 2 != 0)
     return cudaErrorInvalidValue;
-  if (a.yq && (!a.gated || !a.y_scale || a.ldyq < a.N || a.ldyq % 2 != 0 || a.y_scale_ld < a.rows))
-    return cudaErrorInvalidValue;
   int dev = 0;
   DeviceFacts f;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = device_facts(dev, &f);
   if (e != cudaSuccess) return e;
-  // Upper bound of the items (each non-empty expert rounds up once), capped at one CTA per SM.
-  const int64_t items =
-      ((a.rows + kBM - 1) / kBM + std::min<int64_t>(a.experts, a.rows)) * ((a.N + kBN - 1) / kBN);
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(items, f.sms));
+  // Upper bound of the tiles (each non-empty expert rounds up once), capped at one CTA per SM.
+  const int64_t n_step = a.gated ? kBN / 2 : kBN;
+  const int64_t tiles = ((a.rows + kBM - 1) / kBM + std::min<int64_t>(a.experts, a.rows)) *
+                        ((a.N + n_step - 1) / n_step);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, f.sms));
   using Kernel = void (*)(MoeFp8GemmArgs, float);
   static constexpr Kernel kKernels[2][3] = {
       {moe_fp8_tc_kernel<false, 1>, moe_fp8_tc_kernel<false, 2>, moe_fp8_tc_kernel<false, 4>},
@@ -508,7 +405,7 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (sub < 0) return cudaErrorInvalidValue;
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
-  launch(kernel, grid, kThreads, smem_bytes(a.gated), stream, a,
+  launch(kernel, grid, kThreads, kSmemBytes, stream, a,
          moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));
   return cudaGetLastError();
 }

@@ -28,7 +28,6 @@
 
 #include "ops/cuda/block_fp8_reference.h"
 #include "ops/cuda/emu/cta_runtime.h"
-#include "ops/cuda/fp8_act_kernels.h"
 #include "ops/cuda/fp8_sum_model.h"
 #include "ops/cuda/moe_experts_fp8_launch.h"
 #include "ops/cuda/moe_fp8_kernels.h"
@@ -147,30 +146,6 @@ Outcome run(const Case& c) {
       EXPECT_LE(rel, kFp8Tol) << "expert " << e << " row " << r;
       out.worst = std::max(out.worst, std::isnan(rel) ? INFINITY : rel);
     }
-
-  // Gated on the tensor cores, again with the outputs quantised by the epilogue for down
-  // (MoeFp8GemmArgs::yq): the bytes and scales launch_quantize_fp8_act writes for the bf16
-  // outputs above, every one, the zero bytes past N included.
-  if (c.gated && !c.skinny) {
-    const int64_t ldq = scratch::fp8_act_ld(c.N);
-    std::vector<uint8_t> want_q(rows * ldq, 0xaa), got_q(rows * ldq, 0x55);
-    std::vector<float> want_s(NB * rows, -1.0f), got_s(NB * rows, -2.0f);
-    EXPECT_EQ(launch_quantize_fp8_act(out.y.data(), c.N, rows, c.N, ldq, rows, want_q.data(),
-                                      want_s.data(), nullptr),
-              cudaSuccess);
-    a.yq = got_q.data();
-    a.ldyq = ldq;
-    a.y_scale = got_s.data();
-    a.y_scale_ld = rows;
-    emu::set_schedule_seed(c.schedule_seed);
-    emu::set_device_sms(c.sms);
-    EXPECT_EQ(launch_moe_fp8_gemm_tc(a, nullptr), cudaSuccess);
-    emu::set_schedule_seed(0);
-    emu::set_device_sms(0);
-    EXPECT_EQ(got_q, want_q) << "quantised outputs, N " << c.N;
-    EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), got_s.size() * sizeof(float)), 0)
-        << "their scales, N " << c.N;
-  }
   return out;
 }
 
@@ -208,21 +183,6 @@ TEST(EmulatedMoeFp8, EveryPromotionInterval) {
       std::printf("%s, promotion every %d K: worst rel_l2 %.2e\n", gated ? "gated" : "plain",
                   promote_k, r.worst);
     }
-}
-
-// Gated outputs quantised by the epilogue (checked in run) where a 128-wide group's second half
-// lies wholly past N (100) or N fills whole groups (256), on two CTAs walking many pairs.
-TEST(EmulatedMoeFp8, GatedOutputsQuantisedByTheEpilogue) {
-  for (const int64_t N : {100, 256}) {
-    Case c;
-    c.rows_per_expert = kRows;
-    c.N = N;
-    c.gated = true;
-    c.sms = 2;
-    const Outcome r = run(c);
-    std::printf("gated, N %lld, quantised by the epilogue: worst rel_l2 %.2e\n",
-                static_cast<long long>(N), r.worst);
-  }
 }
 
 // A persistent grid of two CTAs: each walks many tiles, its producer running ahead of the

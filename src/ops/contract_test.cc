@@ -259,8 +259,8 @@ TEST_F(ContractTest, IndexerScaleMustBePositive) {
       SCOPED_TRACE(m.label + " at " + std::to_string(scale));
       Tensor chosen = m.i32({2, 4});
       try {
-        indexer_topk(m.a({2, 3, 16}), m.a({6, 16}), m.f32({2, 3}), m.i32({2}), m.i32({2}, 1),
-                     scale, {}, TopkTieOrder::kServing, chosen);
+        indexer_topk(m.a({2, 3, 16}), m.a({6, 16}), m.f32({2, 3}), m.i32({2}), m.i32({2}, 1), scale,
+                     {}, TopkTieOrder::kServing, chosen);
         ADD_FAILURE() << "no error";
       } catch (const InvalidArgument& e) {
         EXPECT_NE(std::string(e.what()).find("indexer_topk: scale must be positive"),

@@ -52,17 +52,19 @@ void indexer_scores(const Tensor& q, const Tensor& k, const Tensor& w, const Ten
 
 // q [T, Hi, Di], k [S or cache rows, Di], w [T, Hi] (weights_proj output, already × Hi^-0.5),
 // scale > 0 (Di^-0.5: the GPU kernels take it into the head weights, w · relu(x · scale) =
-// (w · scale) · relu(x)), q_pos and row_len i32 [T] → chosen i32 [T, topk], unused slots −1. row_len[t] (> q_pos[t]) is
-// the reference's row length (the prompt length for a prompt token, else q_pos[t] + 1), read by
-// kTorchReference only. kServing lists a row's keys in ascending index order, then −1s;
-// kTorchReference in torch's order, with −1 where it ranked a masked position.
+// (w · scale) · relu(x)), q_pos and row_len i32 [T] → chosen i32 [T, topk], unused slots −1.
+// row_len[t] (> q_pos[t]) is the reference's row length (the prompt length for a prompt token,
+// else q_pos[t] + 1), read by kTorchReference only. kServing lists a row's keys in ascending
+// index order, then −1s; kTorchReference in torch's order, with −1 where it ranked a masked
+// position.
 // The inputs' part, for T rows (indexer_ties_at_cut has no output): q [T, Hi, Di], k [rows, Di],
 // w [T, Hi] with unit inner strides, q_pos contiguous i32 [T], paged keys as attention's, all on
 // `out`'s device. CPU: f32; GPU: q and k bf16, w bf16 or f32.
 inline void indexer_inputs_contract(const Contract& c, const Tensor& q, const Tensor& k,
                                     const Tensor& w, const Tensor& q_pos, float scale,
                                     const PagedKeys& pages, int64_t T) {
-  if (!(scale > 0.0f)) raise<InvalidArgument>("{}: scale must be positive, found {}", c.op(), scale);
+  if (!(scale > 0.0f))
+    raise<InvalidArgument>("{}: scale must be positive, found {}", c.op(), scale);
   c.rows("q", q, 3);
   c.need(q.dim(0) == T, "q", q, "{} rows", T);
   c.rows("k", k, 2);

@@ -7,11 +7,11 @@
 // S[heads × keys] = Q[heads × Di] · K_tileᵀ (a k-step's key fragments loaded once for all the
 // run's tokens), then score[j] = Σ_h (w[h] · scale) · relu(S[h, j]) in fp32 (scale > 0: the
 // same function, one multiply fewer a product), one fused multiply-add a head in head order,
-// reduced across the lanes that hold one key's heads, written for the token's own valid keys only. Decode steps (a
-// token a sequence) take QT = 1, small steps' rows split in chunks across CTAs for two CTAs an
-// SM; steps with more rows than sequences (prompts) take QT = 4 (2 past 32 heads), staging a
-// QT-th of the key bytes per product. Every score is the same products summed in the same order
-// either way: the same floats.
+// reduced across the lanes that hold one key's heads, written for the token's own valid keys only.
+// Decode steps (a token a sequence) take QT = 1, small steps' rows split in chunks across CTAs for
+// two CTAs an SM; steps with more rows than sequences (prompts) take QT = 4 (2 past 32 heads),
+// staging a QT-th of the key bytes per product. Every score is the same products summed in the same
+// order either way: the same floats.
 //
 // Top-k: one CTA per row. A 4-pass radix select (8 bits per pass, warp-aggregated shared
 // histograms) finds the k-th largest score; the chosen keys are every key above it plus the

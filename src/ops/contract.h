@@ -15,7 +15,8 @@
 namespace mls::ops {
 
 // The checks of one call, against the device of the op's output. Every failure is a ShapeError
-// naming the op, the operand, what it must be and what it is.
+// naming the op, the operand, what it must be and what it is (an InvalidArgument for a scalar
+// argument out of its range).
 class Contract {
  public:
   Contract(const char* op, const Tensor& out) : op_(op), device_(out.device()) {}
@@ -33,6 +34,10 @@ class Contract {
                       t.defined() ? t.device().str() : std::string("-"));
   }
 
+  // A scalar argument that must be positive.
+  void positive(const char* name, double v) const {
+    if (!(v > 0.0)) raise<InvalidArgument>("{}: {} must be positive, found {}", op_, name, v);
+  }
   // On the output's device.
   void on_device(const char* name, const Tensor& t) const {
     need(t.device() == device_, name, t, "on {}", device_.str());

@@ -63,8 +63,7 @@ void indexer_scores(const Tensor& q, const Tensor& k, const Tensor& w, const Ten
 inline void indexer_inputs_contract(const Contract& c, const Tensor& q, const Tensor& k,
                                     const Tensor& w, const Tensor& q_pos, float scale,
                                     const PagedKeys& pages, int64_t T) {
-  if (!(scale > 0.0f))
-    raise<InvalidArgument>("{}: scale must be positive, found {}", c.op(), scale);
+  c.positive("scale", scale);
   c.rows("q", q, 3);
   c.need(q.dim(0) == T, "q", q, "{} rows", T);
   c.rows("k", k, 2);

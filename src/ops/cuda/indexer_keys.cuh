@@ -29,10 +29,12 @@ __host__ __device__ constexpr int head_blocks(int heads) {
 }
 
 // Element i of the head weights (query t's head h at t · w_st + h), as a float whatever their
-// dtype.
+// dtype, times the scale: w · relu(x · scale) = (w · scale) · relu(x) for the positive scale the
+// op's contract requires, so the score kernels multiply once per head weight, not per product.
 __device__ __forceinline__ float head_weight(const IndexerParams& p, int64_t i) {
-  return p.w_f32 ? static_cast<const float*>(p.w)[i]
-                 : __bfloat162float(static_cast<const __nv_bfloat16*>(p.w)[i]);
+  return (p.w_f32 ? static_cast<const float*>(p.w)[i]
+                  : __bfloat162float(static_cast<const __nv_bfloat16*>(p.w)[i])) *
+         p.scale;
 }
 
 // Row of k holding key position j (j < valid_keys) of query t, or -1 for an address outside the

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kScoreThreads)
         const int h = mb * 16 + g + hh * 8;
         const int64_t i = static_cast<int64_t>(tb + u) * p.w_st + h;
         float x = 0.0f;
-        if (u < cnt && h < p.Hi) x = head_weight(p, i) * p.scale;
+        if (u < cnt && h < p.Hi) x = head_weight(p, i);
         wv[u][mb][hh] = x;
       }
 

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int u = r / HP, h = r % HP;
     const int64_t i = static_cast<int64_t>(tb + u) * p.w_st + h;
     float x = 0.0f;
-    if (u < cnt && h < p.Hi) x = head_weight(p, i) * p.scale;
+    if (u < cnt && h < p.Hi) x = head_weight(p, i);
     w_s[r] = x;
   }
   if (tid < QT) n_s[tid] = tid < cnt ? static_cast<int>(valid_keys(p, tb + tid)) : 0;

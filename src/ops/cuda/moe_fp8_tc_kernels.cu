@@ -9,7 +9,9 @@
 #include "ops/cuda/moe_fp8_kernels.h"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/pipeline_ptx.cuh"
+#include "ops/cuda/tma_ptx.cuh"
 #include "ops/cuda/wgmma_ptx.cuh"
+#include "ops/scratch_sizes.h"
 
 namespace mls::ops::cuda::kernels {
 namespace {
@@ -24,10 +26,12 @@ namespace {
 // L2). A persistent grid of one CTA per SM walks the tiles; every CTA scans the device-side
 // offsets once into shared memory, so nothing waits on the host.
 //
-// A CTA is three warpgroups, specialised. The producer copies K blocks (with the block's
-// activation and weight scales) into a kStages-deep ring of 128-byte-swizzled shared tiles with
-// cp.async, zero-filling past the expert's rows, the weight rows and K; each slot's `full`
-// barrier completes when all its copies have landed. Two consumer warpgroups, each owning 64 of
+// A CTA is three warpgroups, specialised. The producer copies K blocks into a kStages-deep ring
+// of 128-byte-swizzled shared tiles: one thread issues the tiles with TMA, a warp copies the
+// block's activation and weight scales with cp.async; each slot's `full` barrier completes when
+// all of them have landed. Each expert's weights have their own tensor maps, written by a small
+// kernel before each launch from one template (the experts differ only in their addresses), so
+// the device-side expert table is all the host needs. Two consumer warpgroups, each owning 64 of
 // the tile's rows, run the block's four wgmma m64n128k32 in sub-steps of kSub into a fresh fp32
 // fragment and, while the tensor cores run the next sub-step, add the previous one to their
 // accumulator scaled by the row's activation scale times the block's weight scale (DeepSeek's
@@ -47,6 +51,8 @@ static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <=
               "the CTA's registers at launch");
 // Arrivals that free a slot: every consumer warp, once its MMAs and promotions are past it.
 constexpr int kConsumerWarps = 2 * kWarpgroup / 32;
+// Arrivals that fill one: the TMA thread's (with the tiles' bytes) and the scale warp's lanes.
+constexpr int kFillArrivals = 1 + 32;
 constexpr int kTileBytes = kBM * kBK;  // one operand's K block (e4m3)
 // Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
 constexpr int kScaleBytes = (kBM + 4) * 4;
@@ -103,60 +109,55 @@ struct Ring {
   uint64_t* empty;  // [kStages]
 };
 
-// The producer warpgroup (thread p of 128): chunk p % 8 of tile rows p / 8 + 16 i (i < 8) of A
-// and of B, and the activation scale of row p; threads 0 and 1 add the block's weight scales.
-// Addresses advance by additions inside the loop (row to row, block to block) and the shared
-// ones are immediate offsets: the producer keeps kProducerRegs registers.
+// The producer warpgroup's two busy warps. Warp 0's first lane issues a K block's tiles with TMA
+// onto the slot's `full` barrier, counted in bytes: the tile's 128 rows of activations and the
+// weight tile (gated: 64 gate rows, then the same 64 up rows), zeros past N and K. Activation
+// rows past the expert's are the next expert's (zeros past the last row): they reach only
+// accumulator rows the epilogue does not store, their scales zero. Warp 1 copies the block's
+// scales with cp.async (lane l: tile rows l + 32 i; lanes 0 and 1 the block's weight scales),
+// each lane arriving once its own have landed.
 template <bool kGated>
-__device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const Ring& ring, const int* cum,
-                                        int n_tiles, int n_step, int KB, int p) {
-  const int chunk = p & 7, row0 = p >> 3;
-  const uint32_t dst = smem_addr(ring.a) + swizzle128(row0, chunk);  // rows row0 + 16 i follow
-  const int64_t a_step = 16 * a.ldq, b_step = 16 * a.K;
-  const uint32_t empty0 = smem_addr(ring.empty);
+__device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a_map,
+                                        const TmaMap* maps, const Ring& ring, const int* cum,
+                                        int n_tiles, int n_step, int KB, bool tiles) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t empty0 = smem_addr(ring.empty), full0 = smem_addr(ring.full);
+  const uint32_t a0 = smem_addr(ring.a), b0 = smem_addr(ring.b);
   RingPos pos;
   for (int tile = blockIdx.x;; tile += gridDim.x) {
     Tile t;
     if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
-    const uint8_t* xa = a.xq + (t.r0 + row0) * a.ldq + chunk * 16;
-    // Gated: B rows 0-63 are gate rows n0 + r, rows 64-127 the same up rows.
-    const uint8_t* wa =
-        reinterpret_cast<const uint8_t*>(a.w1[t.e]) + (t.n0 + row0) * a.K + chunk * 16;
-    const uint8_t* wb =
-        kGated ? reinterpret_cast<const uint8_t*>(a.w2[t.e]) + (t.n0 + row0) * a.K + chunk * 16
-               : wa + 4 * b_step;
-    uint32_t ok = 0;  // bit i: A row i in the expert; bit 8 + i: B row i a weight row
+    if (tiles) {
+      const TmaMap* w = maps + (kGated ? 2 : 1) * t.e;
+      tma_map_acquire(w);
+      if constexpr (kGated) tma_map_acquire(w + 1);
+      for (int kb = 0; kb < KB; ++kb) {
+        mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
+        const uint32_t full = full0 + 8 * pos.slot, k = kb * kBK;
+        mbar_arrive_expect_tx(full, 2 * kTileBytes);
+        tma_load_2d(a0 + pos.slot * kTileBytes, &a_map, full, k, t.r0);
+        tma_load_2d(b0 + pos.slot * kTileBytes, w, full, k, t.n0);
+        if constexpr (kGated)
+          tma_load_2d(b0 + pos.slot * kTileBytes + kTileBytes / 2, w + 1, full, k, t.n0);
+        pos.advance();
+      }
+    } else {
+      const float* xs = a.x_scale + t.r0 + lane;
+      const bool w_ok = lane == 0 || (kGated && lane == 1);
+      const float* ws =
+          reinterpret_cast<const float*>(kGated && lane == 1 ? a.s2[t.e] : a.s1[t.e]) +
+          (t.n0 / 128) * a.sw_ld;
+      for (int kb = 0; kb < KB; ++kb) {
+        mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
+        float* sc = ring.scales + pos.slot * (kBM + 4);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      ok |= static_cast<uint32_t>(t.r0 + row0 + 16 * i < t.r_end) << i;
-      ok |= static_cast<uint32_t>(t.n0 + row0 + 16 * (kGated ? i & 3 : i) < a.N) << (8 + i);
-    }
-    const bool s_ok = t.r0 + p < t.r_end;
-    const float* xs = a.x_scale + t.r0 + p;
-    const bool w_ok = p == 0 || (kGated && p == 1);
-    const float* ws = reinterpret_cast<const float*>(kGated && p == 1 ? a.s2[t.e] : a.s1[t.e]) +
-                      (t.n0 / 128) * a.sw_ld;
-    for (int kb = 0; kb < KB; ++kb) {
-      mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
-      const uint32_t da = dst + pos.slot * kTileBytes;
-      const uint32_t k_ok = kb * kBK + chunk * 16 < a.K ? ~0u : 0u;
-      const uint32_t row_ok = ok & k_ok;
-      const uint8_t* xk = xa + kb * kBK;
-      const uint8_t* wak = wa + kb * kBK;
-      const uint8_t* wbk = wb + kb * kBK;
-      // A row past the tile's valid ones keeps its address and copies nothing (zero fill).
-      const auto copy_rows = [&]<int... I>(std::integer_sequence<int, I...>) {
-        ((cp_async16_at<2048 * I>(da, xk + I * a_step, row_ok >> I & 1 ? 16 : 0),
-          cp_async16_at<kStages * kTileBytes + 2048 * I>(da, (I < 4 ? wak : wbk) + (I & 3) * b_step,
-                                                         row_ok >> (8 + I) & 1 ? 16 : 0)),
-         ...);
-      };
-      copy_rows(std::make_integer_sequence<int, 8>{});
-      float* sc = ring.scales + pos.slot * (kBM + 4);
-      cp_async4(sc + p, xs + kb * a.x_scale_ld, s_ok ? 4 : 0);
-      if (w_ok) cp_async4(sc + kBM + p, ws + kb, 4);
-      cp_async_mbar_arrive(&ring.full[pos.slot]);
-      pos.advance();
+        for (int i = 0; i < kBM / 32; ++i)
+          cp_async4(sc + lane + 32 * i, xs + kb * a.x_scale_ld + 32 * i,
+                    t.r0 + lane + 32 * i < t.r_end ? 4 : 0);
+        if (w_ok) cp_async4(sc + kBM + lane, ws + kb, 4);
+        cp_async_mbar_arrive(&ring.full[pos.slot]);
+        pos.advance();
+      }
     }
   }
 }
@@ -224,7 +225,6 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     const auto issue = [&]<bool kBlockStart>(int sub, float(&cur)[64]) {
       if constexpr (kBlockStart) {
         mbar_wait(full0 + 8 * pos.slot, pos.phase);
-        fence_proxy_async_smem();  // the producer's cp.async writes before these wgmma reads
         prev_slot = slot;
         slot = pos.slot;
         pos.advance();
@@ -324,9 +324,31 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
   }
 }
 
+// Map i of `count` (expert i / per, its gate or only matrix for i % per == 0, else its up
+// matrix) = the template pointed at that matrix, a warp per map.
+constexpr int kMapWarps = 4;
+__global__ void __launch_bounds__(kMapWarps * 32)
+    moe_fp8_tc_maps_kernel(const uint64_t* w1, const uint64_t* w2, int count, int per,
+                           const __grid_constant__ TmaMap tmpl, TmaMap* maps) {
+  pdl_begin();
+  __shared__ __align__(128) TmaMap staged[kMapWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kMapWarps + warp;
+  if (i >= count) return;
+  static_assert(sizeof(TmaMap) == 32 * 4 && sizeof(TmaMap) == scratch::kTmaMapBytes);
+  reinterpret_cast<uint32_t*>(&staged[warp])[lane] = reinterpret_cast<const uint32_t*>(&tmpl)[lane];
+  __syncwarp();
+  if (lane == 0)
+    tma_map_retarget(&staged[warp],
+                     reinterpret_cast<const void*>(i % per == 0 ? w1[i / per] : w2[i / per]));
+  __syncwarp();
+  tma_map_publish(&maps[i], &staged[warp]);
+}
+
 template <bool kGated, int kSub>
 __global__ void __launch_bounds__(kThreads, 1)
-    moe_fp8_tc_kernel(const MoeFp8GemmArgs a, float gain) {
+    moe_fp8_tc_kernel(const MoeFp8GemmArgs a, const __grid_constant__ TmaMap a_map,
+                      const TmaMap* maps, float gain) {
   pdl_begin();
   extern __shared__ uint8_t smem_raw[];
   __shared__ int cum[kMoeMaxExperts + 1];
@@ -357,9 +379,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 31) cum[E] = incl;
   } else if (tid == 32) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], kWarpgroup);
+      mbar_init(&full[s], kFillArrivals);
       mbar_init(&empty[s], kConsumerWarps);
     }
+    fence_proxy_async_smem();  // the barriers initialised for the TMA unit's transactions too
   }
   __syncthreads();
 
@@ -369,7 +392,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto KB = [&] { return static_cast<int>((a.K + kBK - 1) / kBK); };
   if (wg == 0) {
     warpgroup_reg_dealloc<kProducerRegs>();
-    produce<kGated>(a, ring, cum, n_tiles(), n_step, KB(), tid);
+    if ((warp == 0 && lane == 0) || warp == 1)
+      produce<kGated>(a, a_map, maps, ring, cum, n_tiles(), n_step, KB(), warp == 0);
   } else {
     warpgroup_reg_alloc<kConsumerRegs>();
     if (wg == 1)
@@ -384,7 +408,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.N <= 0) return cudaSuccess;
   if (a.experts <= 0 || a.experts > kMoeMaxExperts || a.K % 16 != 0 || a.N % 2 != 0 ||
-      a.ldq % 16 != 0 || a.ldy % 2 != 0)
+      a.ldq % 16 != 0 || a.ldy % 2 != 0 || a.tma_maps == nullptr ||
+      reinterpret_cast<uintptr_t>(a.tma_maps) % scratch::kTmaMapBytes != 0)
     return cudaErrorInvalidValue;
   int dev = 0;
   DeviceFacts f;
@@ -396,7 +421,18 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   const int64_t tiles = ((a.rows + kBM - 1) / kBM + std::min<int64_t>(a.experts, a.rows)) *
                         ((a.N + n_step - 1) / n_step);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, f.sms));
-  using Kernel = void (*)(MoeFp8GemmArgs, float);
+  // The maps: the activations' for this launch, and each expert's weights' from a template at
+  // the maps' own (aligned, device) address, retargeted on the device.
+  const int n_rows = a.gated ? kBN / 2 : kBN, per = a.gated ? 2 : 1;
+  auto* maps = static_cast<TmaMap*>(a.tma_maps);
+  TmaMap a_map, w_map;
+  if (e = encode_tma_2d_u8(&a_map, a.xq, a.K, a.rows, a.ldq, kBK, kBM); e != cudaSuccess) return e;
+  if (e = encode_tma_2d_u8(&w_map, maps, a.K, a.N, a.K, kBK, n_rows); e != cudaSuccess) return e;
+  const int count = per * a.experts;
+  launch(moe_fp8_tc_maps_kernel, (count + kMapWarps - 1) / kMapWarps, kMapWarps * 32, 0, stream,
+         a.w1, a.w2, count, per, w_map, maps);
+  if (e = cudaGetLastError(); e != cudaSuccess) return e;
+  using Kernel = void (*)(MoeFp8GemmArgs, TmaMap, const TmaMap*, float);
   static constexpr Kernel kKernels[2][3] = {
       {moe_fp8_tc_kernel<false, 1>, moe_fp8_tc_kernel<false, 2>, moe_fp8_tc_kernel<false, 4>},
       {moe_fp8_tc_kernel<true, 1>, moe_fp8_tc_kernel<true, 2>, moe_fp8_tc_kernel<true, 4>}};
@@ -405,7 +441,7 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (sub < 0) return cudaErrorInvalidValue;
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
-  launch(kernel, grid, kThreads, kSmemBytes, stream, a,
+  launch(kernel, grid, kThreads, kSmemBytes, stream, a, a_map, static_cast<const TmaMap*>(maps),
          moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));
   return cudaGetLastError();
 }

@@ -1,6 +1,6 @@
-// Inline PTX for warp-specialised pipelines on Hopper (sm_90a): shared-memory mbarriers, the
-// arrival of a thread's cp.async copies on one, named barriers and warpgroup register
-// reallocation (within the CTA's budget, register_budget.h).
+// Inline PTX for warp-specialised pipelines on Hopper (sm_90a): shared-memory mbarriers (with
+// transaction bytes for bulk copies), the arrival of a thread's cp.async copies on one, named
+// barriers and warpgroup register reallocation (within the CTA's budget, register_budget.h).
 // Phases: a barrier starts in phase 0; mbar_wait(bar, p) returns once the phase of parity p has
 // completed, so on a fresh barrier a wait for parity 1 returns at once (a producer's first pass
 // over an empty ring).
@@ -22,6 +22,13 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, int arrivals) {
 // `bar` is the barrier's shared-window address (smem_addr), which a loop converts once.
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// An expect-tx of `bytes` (bulk copies, tma_ptx.cuh, will complete them on this barrier), then
+// one arrival: the phase completes once its arrivals are in and those bytes have landed.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
 }
 
 // One arrival once every cp.async this thread issued so far has landed (it counts as one of the

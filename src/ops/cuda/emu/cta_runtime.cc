@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/cuda/fp8_sum_model.h"
@@ -94,6 +95,8 @@ struct Cta {
   int64_t regs_free = 0;
   const std::function<void()>* kernel = nullptr;
   std::exception_ptr error;
+  bool bulk_at_once = false;  // a seeded order: bulk copies land when issued
+  std::vector<std::pair<uint32_t, std::function<void()>>> bulk;  // in flight: barrier, landing
 };
 
 // AddressSanitizer is told of every switch between the scheduler's stack and a fiber's, so that
@@ -221,7 +224,12 @@ void run_cta(Cta& cta, uint32_t seed) {
       resumed = true;
       if (cta.error) std::rethrow_exception(cta.error);
     }
-    if (all_done) return;
+    if (all_done) {
+      if (!cta.bulk.empty())
+        throw KernelFault(std::to_string(cta.bulk.size()) +
+                          " bulk copies in flight when the CTA exited (no thread waited for them)");
+      return;
+    }
     if (!resumed && !held) throw KernelFault(describe_stuck(cta));
   }
 }
@@ -328,6 +336,26 @@ void async_flush_copies() {
   flush_copies(current());
 }
 
+void bulk_copy_async(uint32_t bar, std::function<void()> land) {
+  Cta& cta = *g_cta;
+  if (cta.bulk_at_once)
+    land();
+  else
+    cta.bulk.emplace_back(bar, std::move(land));
+}
+
+void land_bulk_copies(uint32_t bar) {
+  auto& bulk = g_cta->bulk;
+  // Taken out first: a landing may complete the phase, and nothing here issues copies.
+  std::vector<std::function<void()>> landing;
+  std::erase_if(bulk, [&](auto& b) {
+    if (b.first != bar) return false;
+    landing.push_back(std::move(b.second));
+    return true;
+  });
+  for (auto& land : landing) land();
+}
+
 void warpgroup_set_regs(int regs, bool increase) {
   if (regs < 24 || regs > 256 || regs % 8 != 0)
     throw KernelFault("setmaxnreg " + std::to_string(regs) + ": a multiple of 8 in [24, 256]");
@@ -394,6 +422,7 @@ void run_grid(Dim grid, Dim block, size_t dynamic_smem_bytes, int regs_per_threa
         cta.fibers.resize(threads);
         cta.warps.resize(threads / 32);
         cta.warp_regs.assign(threads / 32, regs_per_thread);
+        cta.bulk_at_once = seed != 0;
         // Uninitialised shared memory reads as NaN (all bits set) in every float format.
         std::memset(g_window, 0xff, sizeof(g_window));
         for (int i = 0; i < threads; ++i) {

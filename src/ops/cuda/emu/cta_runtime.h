@@ -73,6 +73,15 @@ void async_wait(AsyncKind kind, int keep);
 // Runs every copy of the thread, committed or not (an mbarrier arrival that tracks them).
 void async_flush_copies();
 
+// Bulk asynchronous copies (TMA): `land` does one copy and its complete_tx on the mbarrier at
+// shared address `bar`. In the default order a copy lands at the latest point the PTX allows,
+// when a thread waits on `bar` and finds its phase open (land_bulk_copies), so a read before
+// that wait sees stale data; in a seeded order it lands at once, so a copy into a slot whose
+// readers are not done changes their operands (the MMAs' check). A CTA that exits with copies
+// nobody waited for is a fault.
+void bulk_copy_async(uint32_t bar, std::function<void()> land);
+void land_bulk_copies(uint32_t bar);
+
 // Warpgroup register reallocation (setmaxnreg): a decrease returns registers to the CTA's pool;
 // an increase waits until the pool holds them, as on the device (where asking for more than the
 // other warpgroups released hangs: here run_grid reports it).

@@ -106,6 +106,12 @@ Outcome run(const Case& c) {
   a.N = c.N;
   a.K = c.K;
   a.gated = c.gated;
+  // The tensor-core kernel's weight maps, as its scratch keeps them (128-byte aligned).
+  struct alignas(ops::scratch::kTmaMapBytes) MapSlot {
+    unsigned char bytes[ops::scratch::kTmaMapBytes];
+  };
+  std::vector<MapSlot> maps(2 * E);
+  a.tma_maps = maps.data();
   std::vector<int32_t> active(E + 1, -1);
   a.active = active.data();
   a.max_active = static_cast<int>(std::min<int64_t>(E, rows));

@@ -39,6 +39,8 @@
 #define __forceinline__ inline
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+#undef __grid_constant__
+#define __grid_constant__
 // A kernel's static shared variables are shared by the CTA's threads (which run one CTA at a
 // time): function statics.
 #undef __shared__

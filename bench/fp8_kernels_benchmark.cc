@@ -199,7 +199,7 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
   void* y_tc = device_alloc<uint16_t>(max_rows * H);
   int32_t* offsets = device_alloc<int32_t>(E + 1);
   int32_t* active = device_alloc<int32_t>(E + 1);
-  void* maps = device_alloc<uint8_t>(2 * E * mls::ops::scratch::kTmaMapBytes);
+  void* tc_workspace = device_alloc<uint8_t>(mls::ops::scratch::moe_fp8_tc_workspace_bytes(E));
   std::mt19937 g(11);
   for (const int64_t T : batches) {
     std::vector<int32_t> count(E, 0);
@@ -239,7 +239,7 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
                           .max_active = static_cast<int>(std::min(E, R)),
                           .experts = static_cast<int>(E),
                           .rows = R,
-                          .tma_maps = maps,
+                          .tc_workspace = tc_workspace,
                           .y = y,
                           .ldy = gated ? I : H,
                           .N = gated ? I : H,

@@ -179,17 +179,22 @@ constexpr int64_t moe_align_ints(int64_t pairs, int E) {
 inline constexpr int64_t kMoeSkinnyMaxPairs = 2048;
 // A TMA tensor map (CUtensorMap), kept 128-byte aligned in global memory.
 inline constexpr int64_t kTmaMapBytes = 128;
+// The experts' tensor-core kernel's workspace: its weight maps (two per expert: gate and up, or
+// down alone), then its tile counter in a map-sized unit of its own.
+constexpr int64_t moe_fp8_tc_workspace_bytes(int64_t E) {
+  return (2 * E + 1) * kTmaMapBytes;
+}
 // The pairs' quantised activations (hidden wide), then the SwiGLU output's (intermediate wide),
 // each region 256-byte aligned, then the active-expert list (E + 1 ints), then the tensor-core
-// kernel's weight maps (two per expert: gate and up, or down alone).
-constexpr int64_t moe_experts_fp8_maps_offset(int64_t pairs, int64_t hidden, int64_t inter,
-                                              int64_t E) {
+// kernel's workspace (128-byte aligned).
+constexpr int64_t moe_experts_fp8_tc_offset(int64_t pairs, int64_t hidden, int64_t inter,
+                                            int64_t E) {
   return round_up(round_up(fp8_act_bytes(pairs, hidden), 256) +
                       round_up(fp8_act_bytes(pairs, inter), 256) + 4 * (E + 1),
                   kTmaMapBytes);
 }
 constexpr int64_t moe_experts_fp8_bytes(int64_t pairs, int64_t hidden, int64_t inter, int64_t E) {
-  return moe_experts_fp8_maps_offset(pairs, hidden, inter, E) + 2 * E * kTmaMapBytes;
+  return moe_experts_fp8_tc_offset(pairs, hidden, inter, E) + moe_fp8_tc_workspace_bytes(E);
 }
 
 // --- sampling -------------------------------------------------------------------------------

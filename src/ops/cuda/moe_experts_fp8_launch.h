@@ -51,7 +51,7 @@ inline MoeExpertsFp8Status launch_moe_experts_fp8(const MoeExpertsFp8Launch& m,
   const auto [hq, ldhq, hs] = fp8_act_buffer(h_base, R, I);
   auto* active =
       reinterpret_cast<int32_t*>(h_base + scratch::round_up(scratch::fp8_act_bytes(R, I), 256));
-  void* maps = base + scratch::moe_experts_fp8_maps_offset(R, H, I, m.experts);
+  void* tc_workspace = base + scratch::moe_experts_fp8_tc_offset(R, H, I, m.experts);
   if (m.skinny)
     if (const cudaError_t e = launch_moe_active_experts(m.offsets, m.experts, active, stream))
       return {e, "moe_experts_fp8: active experts"};
@@ -72,7 +72,7 @@ inline MoeExpertsFp8Status launch_moe_experts_fp8(const MoeExpertsFp8Launch& m,
                    .max_active = static_cast<int>(std::min<int64_t>(m.experts, R)),
                    .experts = m.experts,
                    .rows = R,
-                   .tma_maps = maps,
+                   .tc_workspace = tc_workspace,
                    .y = m.h,
                    .ldy = m.ldh,
                    .N = I,

@@ -49,9 +49,9 @@ struct MoeFp8GemmArgs {
   // accumulator, 32, 64 or 128; 0: moe_fp8_tc_promote_k(gated) (bench/fp8_kernels_benchmark
   // sweeps it).
   int promote_k = 0;
-  // Tensor-core kernel: room for its weight maps, 2 · experts · scratch::kTmaMapBytes bytes,
-  // 128-byte aligned (written by each launch).
-  void* tma_maps = nullptr;
+  // Tensor-core kernel: scratch::moe_fp8_tc_workspace_bytes(experts) bytes, 128-byte aligned
+  // (written by each launch: the experts' weight maps and the tile counter).
+  void* tc_workspace = nullptr;
   void* y;  // bf16 [rows, ldy]
   int64_t ldy;
   int64_t N, K;

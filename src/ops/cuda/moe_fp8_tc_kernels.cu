@@ -22,9 +22,12 @@ namespace {
 // tile is 128 rows × 128 weight rows (gated: 64 gate and the same 64 up rows, for 64 SwiGLU
 // outputs), K in blocks of 128, the checkpoint's scale block. Tiles are numbered expert by
 // expert, within an expert weight tile by weight tile with its row tiles adjacent, so the CTAs
-// running side by side share a weight tile (read from DRAM about once) and an expert's rows (in
-// L2). A persistent grid of one CTA per SM walks the tiles; every CTA scans the device-side
-// offsets once into shared memory, so nothing waits on the host.
+// running side by side share a weight tile (read from DRAM once, L2 serving the rest) and an
+// expert's rows (in L2). A persistent grid of one CTA per SM walks the tiles: gate·up's at a
+// fixed stride from its block index, down's in turn from a counter zeroed before each launch
+// (counted_tiles), so that the CTAs running a weight tile's row tiles start them within moments
+// of each other. Every CTA scans the device-side offsets once into shared memory, so nothing
+// waits on the host.
 //
 // A CTA is three warpgroups, specialised. The producer copies K blocks into a kStages-deep ring
 // of 128-byte-swizzled shared tiles: one thread issues the tiles with TMA, a warp copies the
@@ -101,6 +104,46 @@ struct RingPos {
   }
 };
 
+// Which projection takes its tiles from the counter: down, whose tiles are short (K = the
+// intermediate size) and whose CTAs drifted apart at a fixed stride (its weights read from DRAM
+// about twice: 7.5 GB a launch on the H100, 3.4 GB counted, 21 % faster; bench/RESULTS.md,
+// session 30). Gate·up's tiles are three times longer and its weights were read about once; it
+// took 9 % longer counted (its CTAs in step request the same activation blocks at once, or
+// the kernel's small spill then: not told apart), so it keeps the stride.
+__host__ __device__ constexpr bool counted_tiles(bool gated) {
+  return !gated;
+}
+// The CTA's tiles as its TMA thread takes them from the counter: a ring of tile numbers, each
+// published on its `full` barrier and freed on its `empty` one once the scale warp and every
+// consumer warp have read it. A number past the last tile ends every role's loop. Static shared
+// variables, so that their addresses are constants and take no registers in the consumers.
+constexpr int kTileSlots = 4;
+constexpr int kTileReaders = 1 + kConsumerWarps;
+__shared__ int tile_number[kTileSlots];
+__shared__ uint64_t tile_full[kTileSlots], tile_empty[kTileSlots];
+// The TMA thread's `n`-th tile (n counts its tiles).
+__device__ __forceinline__ int take_tile(int* counter, int& n) {
+  const int slot = n % kTileSlots;
+  const uint32_t phase = (n / kTileSlots) & 1;
+  ++n;
+  mbar_wait(smem_addr(tile_empty + slot), phase ^ 1);
+  const int tile = atomicAdd(counter, 1);
+  tile_number[slot] = tile;
+  mbar_arrive(smem_addr(tile_full + slot));
+  return tile;
+}
+// The same tile for a reader warp: every lane calls it.
+__device__ __forceinline__ int read_tile(int& n) {
+  const int slot = n % kTileSlots;
+  const uint32_t phase = (n / kTileSlots) & 1;
+  ++n;
+  mbar_wait(smem_addr(tile_full + slot), phase);
+  const int tile = tile_number[slot];
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbar_arrive(smem_addr(tile_empty + slot));
+  return tile;
+}
+
 struct Ring {
   uint8_t* a;       // [kStages][kBM rows][128 bytes]
   uint8_t* b;       // [kStages][kBN rows][128 bytes]
@@ -118,13 +161,16 @@ struct Ring {
 // each lane arriving once its own have landed.
 template <bool kGated>
 __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a_map,
-                                        const TmaMap* maps, const Ring& ring, const int* cum,
-                                        int n_tiles, int n_step, int KB, bool tiles) {
+                                        const TmaMap* maps, int* counter, const Ring& ring,
+                                        const int* cum, int n_tiles, int n_step, int KB,
+                                        bool tiles) {
   const int lane = threadIdx.x & 31;
   const uint32_t empty0 = smem_addr(ring.empty), full0 = smem_addr(ring.full);
   const uint32_t a0 = smem_addr(ring.a), b0 = smem_addr(ring.b);
   RingPos pos;
+  int n = 0;
   for (int tile = blockIdx.x;; tile += gridDim.x) {
+    if constexpr (counted_tiles(kGated)) tile = tiles ? take_tile(counter, n) : read_tile(n);
     Tile t;
     if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
     if (tiles) {
@@ -183,7 +229,9 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
   const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
   RingPos pos;
+  int n = 0;
   for (int tile = blockIdx.x;; tile += gridDim.x) {
+    if constexpr (counted_tiles(kGated)) tile = read_tile(n);
     Tile t;
     if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
 
@@ -325,12 +373,13 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
 }
 
 // Map i of `count` (expert i / per, its gate or only matrix for i % per == 0, else its up
-// matrix) = the template pointed at that matrix, a warp per map.
+// matrix) = the template pointed at that matrix, a warp per map; and the tile counter zeroed.
 constexpr int kMapWarps = 4;
 __global__ void __launch_bounds__(kMapWarps * 32)
     moe_fp8_tc_maps_kernel(const uint64_t* w1, const uint64_t* w2, int count, int per,
-                           const __grid_constant__ TmaMap tmpl, TmaMap* maps) {
+                           const __grid_constant__ TmaMap tmpl, TmaMap* maps, int* counter) {
   pdl_begin();
+  if (blockIdx.x == 0 && threadIdx.x == 0) *counter = 0;
   __shared__ __align__(128) TmaMap staged[kMapWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int i = blockIdx.x * kMapWarps + warp;
@@ -348,7 +397,7 @@ __global__ void __launch_bounds__(kMapWarps * 32)
 template <bool kGated, int kSub>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_fp8_tc_kernel(const MoeFp8GemmArgs a, const __grid_constant__ TmaMap a_map,
-                      const TmaMap* maps, float gain) {
+                      const TmaMap* maps, int* counter, float gain) {
   pdl_begin();
   extern __shared__ uint8_t smem_raw[];
   __shared__ int cum[kMoeMaxExperts + 1];
@@ -382,6 +431,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&full[s], kFillArrivals);
       mbar_init(&empty[s], kConsumerWarps);
     }
+    if constexpr (counted_tiles(kGated))
+      for (int s = 0; s < kTileSlots; ++s) {
+        mbar_init(&tile_full[s], 1);
+        mbar_init(&tile_empty[s], kTileReaders);
+      }
     fence_proxy_async_smem();  // the barriers initialised for the TMA unit's transactions too
   }
   __syncthreads();
@@ -393,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     warpgroup_reg_dealloc<kProducerRegs>();
     if ((warp == 0 && lane == 0) || warp == 1)
-      produce<kGated>(a, a_map, maps, ring, cum, n_tiles(), n_step, KB(), warp == 0);
+      produce<kGated>(a, a_map, maps, counter, ring, cum, n_tiles(), n_step, KB(), warp == 0);
   } else {
     warpgroup_reg_alloc<kConsumerRegs>();
     if (wg == 1)
@@ -408,8 +462,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.N <= 0) return cudaSuccess;
   if (a.experts <= 0 || a.experts > kMoeMaxExperts || a.K % 16 != 0 || a.N % 2 != 0 ||
-      a.ldq % 16 != 0 || a.ldy % 2 != 0 || a.tma_maps == nullptr ||
-      reinterpret_cast<uintptr_t>(a.tma_maps) % scratch::kTmaMapBytes != 0)
+      a.ldq % 16 != 0 || a.ldy % 2 != 0 || a.tc_workspace == nullptr ||
+      reinterpret_cast<uintptr_t>(a.tc_workspace) % scratch::kTmaMapBytes != 0)
     return cudaErrorInvalidValue;
   int dev = 0;
   DeviceFacts f;
@@ -422,17 +476,19 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
                         ((a.N + n_step - 1) / n_step);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, f.sms));
   // The maps: the activations' for this launch, and each expert's weights' from a template at
-  // the maps' own (aligned, device) address, retargeted on the device.
+  // the maps' own (aligned, device) address, retargeted on the device. The workspace holds 2 · E
+  // maps, then the counter (scratch::moe_fp8_tc_workspace_bytes).
   const int n_rows = a.gated ? kBN / 2 : kBN, per = a.gated ? 2 : 1;
-  auto* maps = static_cast<TmaMap*>(a.tma_maps);
+  auto* maps = static_cast<TmaMap*>(a.tc_workspace);
+  auto* counter = reinterpret_cast<int*>(maps + 2 * a.experts);
   TmaMap a_map, w_map;
   if (e = encode_tma_2d_u8(&a_map, a.xq, a.K, a.rows, a.ldq, kBK, kBM); e != cudaSuccess) return e;
   if (e = encode_tma_2d_u8(&w_map, maps, a.K, a.N, a.K, kBK, n_rows); e != cudaSuccess) return e;
   const int count = per * a.experts;
   launch(moe_fp8_tc_maps_kernel, (count + kMapWarps - 1) / kMapWarps, kMapWarps * 32, 0, stream,
-         a.w1, a.w2, count, per, w_map, maps);
+         a.w1, a.w2, count, per, w_map, maps, counter);
   if (e = cudaGetLastError(); e != cudaSuccess) return e;
-  using Kernel = void (*)(MoeFp8GemmArgs, TmaMap, const TmaMap*, float);
+  using Kernel = void (*)(MoeFp8GemmArgs, TmaMap, const TmaMap*, int*, float);
   static constexpr Kernel kKernels[2][3] = {
       {moe_fp8_tc_kernel<false, 1>, moe_fp8_tc_kernel<false, 2>, moe_fp8_tc_kernel<false, 4>},
       {moe_fp8_tc_kernel<true, 1>, moe_fp8_tc_kernel<true, 2>, moe_fp8_tc_kernel<true, 4>}};
@@ -442,7 +498,7 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
   launch(kernel, grid, kThreads, kSmemBytes, stream, a, a_map, static_cast<const TmaMap*>(maps),
-         moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));
+         counter, moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));
   return cudaGetLastError();
 }
 

@@ -106,12 +106,13 @@ Outcome run(const Case& c) {
   a.N = c.N;
   a.K = c.K;
   a.gated = c.gated;
-  // The tensor-core kernel's weight maps, as its scratch keeps them (128-byte aligned).
-  struct alignas(ops::scratch::kTmaMapBytes) MapSlot {
+  // The tensor-core kernel's workspace, as its scratch keeps it (128-byte aligned).
+  struct alignas(ops::scratch::kTmaMapBytes) Unit {
     unsigned char bytes[ops::scratch::kTmaMapBytes];
   };
-  std::vector<MapSlot> maps(2 * E);
-  a.tma_maps = maps.data();
+  std::vector<Unit> tc_workspace(ops::scratch::moe_fp8_tc_workspace_bytes(E) /
+                                 ops::scratch::kTmaMapBytes);
+  a.tc_workspace = tc_workspace.data();
   std::vector<int32_t> active(E + 1, -1);
   a.active = active.data();
   a.max_active = static_cast<int>(std::min<int64_t>(E, rows));

@@ -181,8 +181,11 @@ inline constexpr int64_t kMoeSkinnyMaxPairs = 2048;
 inline constexpr int64_t kTmaMapBytes = 128;
 // The experts' tensor-core kernel's workspace: its weight maps (two per expert: gate and up, or
 // down alone), then its tile counter in a map-sized unit of its own.
+constexpr int64_t moe_fp8_tc_counter_offset(int64_t E) {
+  return 2 * E * kTmaMapBytes;
+}
 constexpr int64_t moe_fp8_tc_workspace_bytes(int64_t E) {
-  return (2 * E + 1) * kTmaMapBytes;
+  return moe_fp8_tc_counter_offset(E) + kTmaMapBytes;
 }
 // The pairs' quantised activations (hidden wide), then the SwiGLU output's (intermediate wide),
 // each region 256-byte aligned, then the active-expert list (E + 1 ints), then the tensor-core

@@ -92,12 +92,13 @@ __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
   return true;
 }
 
-// The ring's position: slot and the parity of the pass over the ring.
+// A position in a ring of kDepth slots: the slot and the parity of the pass over the ring.
+template <int kDepth>
 struct RingPos {
   int slot = 0;
   uint32_t phase = 0;
   __device__ __forceinline__ void advance() {
-    if (++slot == kStages) {
+    if (++slot == kDepth) {
       slot = 0;
       phase ^= 1;
     }
@@ -121,26 +122,23 @@ constexpr int kTileSlots = 4;
 constexpr int kTileReaders = 1 + kConsumerWarps;
 __shared__ int tile_number[kTileSlots];
 __shared__ uint64_t tile_full[kTileSlots], tile_empty[kTileSlots];
-// The TMA thread's `n`-th tile (n counts its tiles).
-__device__ __forceinline__ int take_tile(int* counter, int& n) {
-  const int slot = n % kTileSlots;
-  const uint32_t phase = (n / kTileSlots) & 1;
-  ++n;
-  mbar_wait(smem_addr(tile_empty + slot), phase ^ 1);
+using TilePos = RingPos<kTileSlots>;
+// The TMA thread's next tile.
+__device__ __forceinline__ int take_tile(int* counter, TilePos& p) {
+  mbar_wait(smem_addr(tile_empty + p.slot), p.phase ^ 1);
   const int tile = atomicAdd(counter, 1);
-  tile_number[slot] = tile;
-  mbar_arrive(smem_addr(tile_full + slot));
+  tile_number[p.slot] = tile;
+  mbar_arrive(smem_addr(tile_full + p.slot));
+  p.advance();
   return tile;
 }
 // The same tile for a reader warp: every lane calls it.
-__device__ __forceinline__ int read_tile(int& n) {
-  const int slot = n % kTileSlots;
-  const uint32_t phase = (n / kTileSlots) & 1;
-  ++n;
-  mbar_wait(smem_addr(tile_full + slot), phase);
-  const int tile = tile_number[slot];
+__device__ __forceinline__ int read_tile(TilePos& p) {
+  mbar_wait(smem_addr(tile_full + p.slot), p.phase);
+  const int tile = tile_number[p.slot];
   __syncwarp();
-  if ((threadIdx.x & 31) == 0) mbar_arrive(smem_addr(tile_empty + slot));
+  if ((threadIdx.x & 31) == 0) mbar_arrive(smem_addr(tile_empty + p.slot));
+  p.advance();
   return tile;
 }
 
@@ -167,10 +165,10 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
   const int lane = threadIdx.x & 31;
   const uint32_t empty0 = smem_addr(ring.empty), full0 = smem_addr(ring.full);
   const uint32_t a0 = smem_addr(ring.a), b0 = smem_addr(ring.b);
-  RingPos pos;
-  int n = 0;
+  RingPos<kStages> pos;
+  TilePos tp;
   for (int tile = blockIdx.x;; tile += gridDim.x) {
-    if constexpr (counted_tiles(kGated)) tile = tiles ? take_tile(counter, n) : read_tile(n);
+    if constexpr (counted_tiles(kGated)) tile = tiles ? take_tile(counter, tp) : read_tile(tp);
     Tile t;
     if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
     if (tiles) {
@@ -228,10 +226,10 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
   const uint32_t a_lo = static_cast<uint32_t>(desc_a), b_lo = static_cast<uint32_t>(desc_b);
   const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
-  RingPos pos;
-  int n = 0;
+  RingPos<kStages> pos;
+  TilePos tp;
   for (int tile = blockIdx.x;; tile += gridDim.x) {
-    if constexpr (counted_tiles(kGated)) tile = read_tile(n);
+    if constexpr (counted_tiles(kGated)) tile = read_tile(tp);
     Tile t;
     if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
 
@@ -476,11 +474,12 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
                         ((a.N + n_step - 1) / n_step);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, f.sms));
   // The maps: the activations' for this launch, and each expert's weights' from a template at
-  // the maps' own (aligned, device) address, retargeted on the device. The workspace holds 2 · E
-  // maps, then the counter (scratch::moe_fp8_tc_workspace_bytes).
+  // the maps' own (aligned, device) address, retargeted on the device. The workspace holds them,
+  // then the counter (scratch::moe_fp8_tc_workspace_bytes).
   const int n_rows = a.gated ? kBN / 2 : kBN, per = a.gated ? 2 : 1;
   auto* maps = static_cast<TmaMap*>(a.tc_workspace);
-  auto* counter = reinterpret_cast<int*>(maps + 2 * a.experts);
+  auto* counter = reinterpret_cast<int*>(static_cast<uint8_t*>(a.tc_workspace) +
+                                         scratch::moe_fp8_tc_counter_offset(a.experts));
   TmaMap a_map, w_map;
   if (e = encode_tma_2d_u8(&a_map, a.xq, a.K, a.rows, a.ldq, kBK, kBM); e != cudaSuccess) return e;
   if (e = encode_tma_2d_u8(&w_map, maps, a.K, a.N, a.K, kBK, n_rows); e != cudaSuccess) return e;

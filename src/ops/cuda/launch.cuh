@@ -1,16 +1,17 @@
-// Every kernel of the CUDA backend is launched through `launch` with programmatic dependent
-// launch (Hopper): the next kernel of the stream is scheduled while the current one's last CTAs
-// still run, and waits on the device (griddepcontrol.wait) until its predecessor has finished
-// and its writes are visible, instead of paying the launch and CTA start-up after it. Measured
-// on the H200 against MLASERVE_DISABLE_PDL=1 in one call: 0.5-1 % of a decode step (a dependent
-// kernel's cost is mostly its own memory round trips). CUDA graph capture keeps these edges. The
-// contract: a kernel launched here calls `pdl_begin()` before anything else, so it reads and writes
-// nothing of its predecessor's before that predecessor completes. MLASERVE_DISABLE_PDL=1 in the
-// environment launches every kernel plainly (bisecting a suspected ordering bug);
-// griddepcontrol.wait is then a no-op. A kernel may instead call pdl_wait() first and
-// pdl_trigger() once its main loop is done (the skinny GEMM's shared-memory ring: triggered at
-// its start, it made the batch-1 and batch-8 decode steps 4 % and 17 % slower than the register
-// kernel; triggered after its loop, 0-2 % faster; bench/RESULTS.md, session 15).
+// Every kernel of the CUDA backend is launched through `launch` with programmatic dependent launch
+// (Hopper; persistent kernels through `launch_serial`, below): the next kernel of the stream is
+// scheduled while the current one's last CTAs still run, and waits on the device
+// (griddepcontrol.wait) until its predecessor has finished and its writes are visible, instead of
+// paying the launch and CTA start-up after it. Measured on the H200 against MLASERVE_DISABLE_PDL=1
+// in one call: 0.5-1 % of a decode step (a dependent kernel's cost is mostly its own memory round
+// trips). CUDA graph capture keeps these edges. The contract: a kernel launched here calls
+// `pdl_begin()` before anything else, so it reads and writes nothing of its predecessor's before
+// that predecessor completes. MLASERVE_DISABLE_PDL=1 in the environment launches every kernel
+// plainly (bisecting a suspected ordering bug); griddepcontrol.wait is then a no-op. A kernel may
+// instead call pdl_wait() first and pdl_trigger() once its main loop is done (the skinny GEMM's
+// shared-memory ring: triggered at its start, it made the batch-1 and batch-8 decode steps 4 % and
+// 17 % slower than the register kernel; triggered after its loop, 0-2 % faster; bench/RESULTS.md,
+// session 15).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -61,6 +62,17 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
   config.attrs = &attr;
   config.numAttrs = pdl_enabled() ? 1 : 0;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) scheduled only once its predecessor has
+// finished: for a kernel whose CTAs hold a whole multiprocessor (a persistent grid of one CTA
+// per SM). Scheduled early, its CTAs take each SM the predecessor's CTAs leave and wait there,
+// so the predecessor's last CTAs run on ever fewer SMs (bench/RESULTS.md, session 31). Its own
+// pdl_begin still lets its successor be scheduled early.
+template <typename... Params, typename... Args>
+void launch_serial(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
 }
 
 }  // namespace mls::ops::cuda::kernels

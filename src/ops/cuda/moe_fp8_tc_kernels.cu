@@ -18,34 +18,37 @@ namespace {
 
 // ---- Grouped block-FP8 experts on the tensor cores (steps of many rows: prefill) -------------
 //
-// Each expert's rows (contiguous after ops::moe_align) are cut into 128-row tiles; an output
-// tile is 128 rows × 128 weight rows (gated: 64 gate and the same 64 up rows, for 64 SwiGLU
-// outputs), K in blocks of 128, the checkpoint's scale block. Tiles are numbered expert by
-// expert, within an expert weight tile by weight tile with its row tiles adjacent, so the CTAs
-// running side by side share a weight tile (read from DRAM once, L2 serving the rest) and an
-// expert's rows (in L2). A persistent grid of one CTA per SM walks the tiles: gate·up's at a
-// fixed stride from its block index, down's in turn from a counter zeroed before each launch
-// (counted_tiles), so that the CTAs running a weight tile's row tiles start them within moments
-// of each other. Every CTA scans the device-side offsets once into shared memory, so nothing
-// waits on the host.
+// Each expert's rows (contiguous after ops::moe_align) are cut into 64-row tiles; an output tile is
+// 64 rows × 256 weight rows (gated: for 128 SwiGLU outputs, each half 64 gate rows and the same 64
+// up rows), K in blocks of 128, the checkpoint's scale block. 64 rows rather than 128: an expert's
+// rows are padded to a tile less (GLM-5's 8,192-token prefill, 256 experts: 12 % padding rows
+// instead of 24 %), for 25 % more bytes a K block per MMA (8 + 32 KB for 64 × 256 against 16 + 16
+// KB for 128 × 128); gate·up took 8.5 % less time, down 1 % more (bench/RESULTS.md, session 31).
+// Tiles are numbered expert by expert, within an expert weight tile by weight tile with its row
+// tiles adjacent, so the CTAs running side by side share a weight tile (read from DRAM once, L2
+// serving the rest) and an expert's rows (in L2). A persistent grid of one CTA per SM walks the
+// tiles: gate·up's at a fixed stride from its block index, down's in turn from a counter zeroed
+// before each launch (counted_tiles), so that the CTAs running a weight tile's row tiles start them
+// within moments of each other. Every CTA scans the device-side offsets once into shared memory, so
+// nothing waits on the host.
 //
-// A CTA is three warpgroups, specialised. The producer copies K blocks into a kStages-deep ring
-// of 128-byte-swizzled shared tiles: one thread issues the tiles with TMA, a warp copies the
-// block's activation and weight scales with cp.async; each slot's `full` barrier completes when
-// all of them have landed. Each expert's weights have their own tensor maps, written by a small
-// kernel before each launch from one template (the experts differ only in their addresses), so
-// the device-side expert table is all the host needs. Two consumer warpgroups, each owning 64 of
-// the tile's rows, run the block's four wgmma m64n128k32 in sub-steps of kSub into a fresh fp32
+// A CTA is three warpgroups, specialised. The producer copies K blocks into a kStages-deep ring of
+// 128-byte-swizzled shared tiles: one thread issues the tiles with TMA, a warp copies the block's
+// activation and weight scales with cp.async; each slot's `full` barrier completes when all of them
+// have landed. Each expert's weights have their own tensor maps, written by a small kernel before
+// each launch from one template (the experts differ only in their addresses), so the device-side
+// expert table is all the host needs. Two consumer warpgroups, each owning 128 of the tile's weight
+// rows (all its rows), run the block's four wgmma m64n128k32 in sub-steps of kSub into a fresh fp32
 // fragment and, while the tensor cores run the next sub-step, add the previous one to their
 // accumulator scaled by the row's activation scale times the block's weight scale (DeepSeek's
 // promotion); a slot's `empty` barrier completes once both have promoted its last sub-step. The
-// producer runs ahead across tiles while the consumers store a finished tile. Registers move to
-// the consumers (three fp32 fragments each): the producer keeps kProducerRegs.
-// Rows do not depend on each other, but fp32 sums inside a sub-step come in the tensor core's
-// order: this kernel is not bitwise equal to the skinny one.
+// producer runs ahead across tiles while the consumers store a finished tile. Registers move to the
+// consumers (three fp32 fragments each): the producer keeps kProducerRegs. Rows do not depend on
+// each other, but fp32 sums inside a sub-step come in the tensor core's order: this kernel is not
+// bitwise equal to the skinny one.
 
-constexpr int kBM = 128, kBN = 128, kBK = 128;
-constexpr int kStages = 6;
+constexpr int kBM = 64, kBN = 256, kBK = 128;
+constexpr int kStages = 5;
 constexpr int kWarpgroup = 128;
 constexpr int kThreads = 3 * kWarpgroup;  // the producer, then two consumers
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
@@ -56,10 +59,12 @@ static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <=
 constexpr int kConsumerWarps = 2 * kWarpgroup / 32;
 // Arrivals that fill one: the TMA thread's (with the tiles' bytes) and the scale warp's lanes.
 constexpr int kFillArrivals = 1 + 32;
-constexpr int kTileBytes = kBM * kBK;  // one operand's K block (e4m3)
+// A K block of each operand (e4m3): the tile's activation rows, and its weight rows (each
+// consumer warpgroup's 128: one 1,024-byte-aligned half).
+constexpr int kABytes = kBM * kBK, kBBytes = kBN * kBK, kBHalfBytes = kBBytes / 2;
 // Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
 constexpr int kScaleBytes = (kBM + 4) * 4;
-constexpr int kSmemBytes = kStages * (2 * kTileBytes + kScaleBytes) + 1024 /* alignment */;
+constexpr int kSmemBytes = kStages * (kABytes + kBBytes + kScaleBytes) + 1024 /* alignment */;
 
 __device__ __forceinline__ float silu_mul(float g, float u) {
   return g / (1.0f + __expf(-g)) * u;
@@ -144,19 +149,19 @@ __device__ __forceinline__ int read_tile(TilePos& p) {
 
 struct Ring {
   uint8_t* a;       // [kStages][kBM rows][128 bytes]
-  uint8_t* b;       // [kStages][kBN rows][128 bytes]
+  uint8_t* b;       // [kStages][2 warpgroups][kBN / 2 rows][128 bytes]
   float* scales;    // [kStages][kBM + 4]
   uint64_t* full;   // [kStages]
   uint64_t* empty;  // [kStages]
 };
 
 // The producer warpgroup's two busy warps. Warp 0's first lane issues a K block's tiles with TMA
-// onto the slot's `full` barrier, counted in bytes: the tile's 128 rows of activations and the
-// weight tile (gated: 64 gate rows, then the same 64 up rows), zeros past N and K. Activation
-// rows past the expert's are the next expert's (zeros past the last row): they reach only
-// accumulator rows the epilogue does not store, their scales zero. Warp 1 copies the block's
-// scales with cp.async (lane l: tile rows l + 32 i; lanes 0 and 1 the block's weight scales),
-// each lane arriving once its own have landed.
+// onto the slot's `full` barrier, counted in bytes: the tile's 64 rows of activations and its 256
+// weight rows (gated: per half 64 gate rows, then the same 64 up rows), zeros past N and K.
+// Activation rows past the expert's are the next expert's (zeros past the last row): they reach
+// only accumulator rows the epilogue does not store, their scales zero. Warp 1 copies the block's
+// scales with cp.async (lane l: tile rows l + 32 i; lanes 0 and 1 the block's weight scales), each
+// lane arriving once its own have landed.
 template <bool kGated>
 __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a_map,
                                         const TmaMap* maps, int* counter, const Ring& ring,
@@ -178,19 +183,30 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
       for (int kb = 0; kb < KB; ++kb) {
         mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
         const uint32_t full = full0 + 8 * pos.slot, k = kb * kBK;
-        mbar_arrive_expect_tx(full, 2 * kTileBytes);
-        tma_load_2d(a0 + pos.slot * kTileBytes, &a_map, full, k, t.r0);
-        tma_load_2d(b0 + pos.slot * kTileBytes, w, full, k, t.n0);
-        if constexpr (kGated)
-          tma_load_2d(b0 + pos.slot * kTileBytes + kTileBytes / 2, w + 1, full, k, t.n0);
+        mbar_arrive_expect_tx(full, kABytes + kBBytes);
+        tma_load_2d(a0 + pos.slot * kABytes, &a_map, full, k, t.r0);
+        const uint32_t b = b0 + pos.slot * kBBytes;
+        if constexpr (kGated) {  // each half: its 64 outputs' gate rows, then their up rows
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            tma_load_2d(b + h * kBHalfBytes, w, full, k, t.n0 + h * kBN / 4);
+            tma_load_2d(b + h * kBHalfBytes + kBHalfBytes / 2, w + 1, full, k, t.n0 + h * kBN / 4);
+          }
+        } else {
+          tma_load_2d(b, w, full, k, t.n0);
+        }
         pos.advance();
       }
     } else {
       const float* xs = a.x_scale + t.r0 + lane;
-      const bool w_ok = lane == 0 || (kGated && lane == 1);
+      // Lanes 0 and 1: gated, the gate and the up block of the tile's 128 outputs; else the
+      // blocks of the warpgroups' 128 weight rows each (the second past N: zero).
+      const bool w_ok = lane < 2;
+      const int n_blk = t.n0 / 128 + (kGated ? 0 : lane);
       const float* ws =
           reinterpret_cast<const float*>(kGated && lane == 1 ? a.s2[t.e] : a.s1[t.e]) +
-          (t.n0 / 128) * a.sw_ld;
+          n_blk * a.sw_ld;
+      const int w_bytes = n_blk * 128 < a.N ? 4 : 0;
       for (int kb = 0; kb < KB; ++kb) {
         mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
         float* sc = ring.scales + pos.slot * (kBM + 4);
@@ -198,7 +214,7 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
         for (int i = 0; i < kBM / 32; ++i)
           cp_async4(sc + lane + 32 * i, xs + kb * a.x_scale_ld + 32 * i,
                     t.r0 + lane + 32 * i < t.r_end ? 4 : 0);
-        if (w_ok) cp_async4(sc + kBM + lane, ws + kb, 4);
+        if (w_ok) cp_async4(sc + kBM + lane, ws + kb, w_bytes);
         cp_async_mbar_arrive(&ring.full[pos.slot]);
         pos.advance();
       }
@@ -206,22 +222,22 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
   }
 }
 
-// A consumer warpgroup (kWgc 0 or 1: tile rows 64 kWgc ..): kSub MMAs (32 K each) accumulated
-// in the tensor cores before each promotion to the fp32 accumulator.
-// Every address the MMAs and barriers take derives from compile-time and CTA-uniform values only
-// (the warpgroup is a template argument, the barriers' shared addresses are converted once), so
-// ptxas keeps them in uniform registers: a sub-step's own instructions are its MMA and its
-// promotion's FFMAs.
+// A consumer warpgroup (kWgc 0 or 1: the tile's rows times its weight rows 128 kWgc ..): kSub MMAs
+// (32 K each) accumulated in the tensor cores before each promotion to the fp32 accumulator. Every
+// address the MMAs and barriers take derives from compile-time and CTA-uniform values only (the
+// warpgroup is a template argument, the barriers' shared addresses are converted once), so ptxas
+// keeps them in uniform registers: a sub-step's own instructions are its MMA and its promotion's
+// FFMAs.
 template <bool kGated, int kSub, int kWgc>
 __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, const Ring& ring,
                                         const int* cum, int n_tiles, int n_step, int KB) {
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   // This thread's accumulator rows within the tile (C fragment rows l/4 and l/4 + 8 of its warp).
-  const int frag_row = kWgc * 64 + warp * 16 + (lane >> 2);
+  const int frag_row = warp * 16 + (lane >> 2);
   // A descriptor's high word (swizzle mode, stride) is the same for every slot; only the start
   // address in the low word moves, by 32-bit additions that cannot carry out of its field.
-  const uint64_t desc_a = wgmma_desc_sw128(ring.a + kWgc * 64 * kBK),
-                 desc_b = wgmma_desc_sw128(ring.b);
+  const uint64_t desc_a = wgmma_desc_sw128(ring.a),
+                 desc_b = wgmma_desc_sw128(ring.b + kWgc * kBHalfBytes);
   const uint32_t desc_hi = static_cast<uint32_t>(desc_a >> 32);
   const uint32_t a_lo = static_cast<uint32_t>(desc_a), b_lo = static_cast<uint32_t>(desc_b);
   const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
@@ -276,7 +292,8 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
         pos.advance();
         const float* sc = ring.scales + slot * (kBM + 4);
         const float sx0 = sc[frag_row], sx1 = sc[frag_row + 8];
-        const float sw1 = sc[kBM] * gain, sw2 = kGated ? sc[kBM + 1] * gain : sw1;
+        const float sw1 = sc[kBM + (kGated ? 0 : kWgc)] * gain,
+                    sw2 = kGated ? sc[kBM + 1] * gain : sw1;
 #pragma unroll
         for (int k = 0; k < 4; ++k) fp[k] = fc[k];
         fc[0] = sx0 * sw1;
@@ -284,14 +301,16 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
         fc[2] = sx1 * sw1;
         fc[3] = sx1 * sw2;
       }
-      // The slot's tiles: kTileBytes further per slot, +32 bytes of K per MMA (2 in the
-      // descriptors' 16-byte units).
-      const uint32_t step = slot * (kTileBytes >> 4) + 2 * kSub * sub;
+      // The slot's tiles: kABytes and kBBytes further per slot, +32 bytes of K per MMA (2 in
+      // the descriptors' 16-byte units).
+      const uint32_t k_step = 2 * kSub * sub;
+      const uint32_t a_step = slot * (kABytes >> 4) + k_step,
+                     b_step = slot * (kBBytes >> 4) + k_step;
       wgmma_fence_operands(cur);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kSub; ++k)
-        wgmma_e4m3_m64n128k32(cur, desc(a_lo + step + 2 * k), desc(b_lo + step + 2 * k), k);
+        wgmma_e4m3_m64n128k32(cur, desc(a_lo + a_step + 2 * k), desc(b_lo + b_step + 2 * k), k);
       wgmma_commit();
     };
     // Sub-step i into `cur`, then sub-step i - 1 promoted from `prev` once its MMAs are done; a
@@ -353,7 +372,7 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     constexpr int kOutChunks = kGated ? 8 : 16;
 #pragma unroll
     for (int j = 0; j < kOutChunks; ++j) {
-      const int64_t n = t.n0 + 8 * j + 2 * (lane & 3);
+      const int64_t n = t.n0 + kWgc * (n_step / 2) + 8 * j + 2 * (lane & 3);
       if (n >= a.N) continue;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -401,8 +420,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ int cum[kMoeMaxExperts + 1];
   __shared__ uint64_t full[kStages], empty[kStages];
   uint8_t* smem = align_smem_1024(smem_raw);
-  const Ring ring{smem, smem + kStages * kTileBytes,
-                  reinterpret_cast<float*>(smem + 2 * kStages * kTileBytes), full, empty};
+  const Ring ring{smem, smem + kStages * kABytes,
+                  reinterpret_cast<float*>(smem + kStages * (kABytes + kBBytes)), full, empty};
 
   const int E = a.experts;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -476,7 +495,8 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   // The maps: the activations' for this launch, and each expert's weights' from a template at
   // the maps' own (aligned, device) address, retargeted on the device. The workspace holds them,
   // then the counter (scratch::moe_fp8_tc_workspace_bytes).
-  const int n_rows = a.gated ? kBN / 2 : kBN, per = a.gated ? 2 : 1;
+  // A weight box: gated, one warpgroup's 64 gate (or up) rows; else the tile's weight rows.
+  const int n_rows = a.gated ? kBN / 4 : kBN, per = a.gated ? 2 : 1;
   auto* maps = static_cast<TmaMap*>(a.tc_workspace);
   auto* counter = reinterpret_cast<int*>(static_cast<uint8_t*>(a.tc_workspace) +
                                          scratch::moe_fp8_tc_counter_offset(a.experts));
@@ -496,8 +516,12 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (sub < 0) return cudaErrorInvalidValue;
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
-  launch(kernel, grid, kThreads, kSmemBytes, stream, a, a_map, static_cast<const TmaMap*>(maps),
-         counter, moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));
+  // Serially: scheduled early, each CTA took an SM as the predecessor's CTAs left it and held it
+  // idle (the whole register file); end to end 1.5 % of GLM-5's prefill (bench/RESULTS.md,
+  // session 31).
+  launch_serial(kernel, grid, kThreads, kSmemBytes, stream, a, a_map,
+                static_cast<const TmaMap*>(maps), counter,
+                moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));
   return cudaGetLastError();
 }
 

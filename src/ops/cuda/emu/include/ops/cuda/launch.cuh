@@ -31,4 +31,10 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
                 launch_regs_per_thread(threads), [&] { std::apply(kernel, params); });
 }
 
+template <typename... Params, typename... Args>
+void launch_serial(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  launch(kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+}
+
 }  // namespace mls::ops::cuda::kernels

@@ -65,10 +65,11 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) scheduled only once its predecessor has
-// finished: for a kernel whose CTAs hold a whole multiprocessor (a persistent grid of one CTA
-// per SM). Scheduled early, its CTAs take each SM the predecessor's CTAs leave and wait there,
-// so the predecessor's last CTAs run on ever fewer SMs (bench/RESULTS.md, session 31). Its own
-// pdl_begin still lets its successor be scheduled early.
+// finished, for a persistent grid whose CTAs hold a whole multiprocessor each. Scheduled early,
+// the prefill experts' kernel made GLM-5's prefill 1.5 % slower end to end with 128-row tiles and
+// 14 % with 64-row ones, though serialised (ncu) the 64-row kernel was the faster; the cause
+// was not isolated (bench/RESULTS.md, session 31). Its own pdl_begin still lets its successor
+// be scheduled early.
 template <typename... Params, typename... Args>
 void launch_serial(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                    cudaStream_t stream, Args&&... args) {

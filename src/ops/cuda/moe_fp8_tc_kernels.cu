@@ -516,9 +516,7 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (sub < 0) return cudaErrorInvalidValue;
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
-  // Serially: scheduled early, each CTA took an SM as the predecessor's CTAs left it and held it
-  // idle (the whole register file); end to end 1.5 % of GLM-5's prefill (bench/RESULTS.md,
-  // session 31).
+  // Serially (launch_serial says why).
   launch_serial(kernel, grid, kThreads, kSmemBytes, stream, a, a_map,
                 static_cast<const TmaMap*>(maps), counter,
                 moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));

@@ -222,6 +222,76 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
   }
 }
 
+// A warpgroup's outputs of a finished plain tile (down), bf16, in 16-byte stores. A thread's
+// accumulator holds two columns of each 8-column chunk of its two rows, a quad of lanes a chunk's
+// 8; each group of four chunks is transposed within the quad (three shuffles), so that each lane
+// stores a whole chunk and a warp's store fills its 32-byte sectors. With 4-byte stores,
+// half-filled sectors, down took 17 % longer (2.47 against 2.11 ms a launch on an H100).
+// Gate·up keeps its 4-byte stores (store_swiglu): given these, it read its weights from DRAM
+// 2.5 times and took 65 % longer, as with any epilogue tried that changed its timing
+// (bench/RESULTS.md, session 31).
+template <int kWgc>
+__device__ __forceinline__ void store_plain(const MoeFp8GemmArgs& a, const Tile& t,
+                                            const float (&acc)[64], int64_t row0, int n_step) {
+  const int q = threadIdx.x & 3;
+  // This lane's chunks start at column n_lane + 32 g.
+  const int64_t n_lane = t.n0 + kWgc * (n_step / 2) + 8 * q;
+  const int64_t n_left = a.N - n_lane;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = row0 + 8 * h;
+    __nv_bfloat16* const yr = static_cast<__nv_bfloat16*>(a.y) + r * a.ldy + n_lane;
+    const bool row_ok = r < t.r_end;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      uint32_t w[4];  // chunk 4g + c: this lane's two columns
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int j = 4 * g + c;
+        const __nv_bfloat162 b = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        w[c] = *reinterpret_cast<const uint32_t*>(&b);
+      }
+      // Round s: lane q sends its word of chunk 4g + (q ^ s) to lane q ^ s, and takes from it
+      // that lane's columns of its own chunk 4g + q.
+      uint32_t out[4] = {0, 0, 0, 0};  // each set in one round below
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const int c = q ^ s;
+        const uint32_t send = c == 0 ? w[0] : c == 1 ? w[1] : c == 2 ? w[2] : w[3];
+        const uint32_t got = s == 0 ? send : __shfl_xor_sync(0xffffffffu, send, s);
+        if (c == 0) out[0] = got;
+        if (c == 1) out[1] = got;
+        if (c == 2) out[2] = got;
+        if (c == 3) out[3] = got;
+      }
+      if (row_ok && 32 * g < n_left)  // a chunk is whole or past N (N % 8 == 0)
+        *reinterpret_cast<uint4*>(yr + 32 * g) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+  }
+}
+
+// A warpgroup's SwiGLU outputs of a finished gated tile, bf16, a thread's two columns of a chunk
+// at a time.
+template <int kWgc>
+__device__ __forceinline__ void store_swiglu(const MoeFp8GemmArgs& a, const Tile& t,
+                                             const float (&acc)[64], int64_t row0, int n_step) {
+  auto* y = static_cast<__nv_bfloat16*>(a.y);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int64_t n = t.n0 + kWgc * (n_step / 2) + 8 * j + 2 * (lane & 3);
+    if (n >= a.N) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = row0 + 8 * h;
+      if (r >= t.r_end) continue;
+      const float v0 = silu_mul(acc[4 * j + 2 * h], acc[4 * (j + 8) + 2 * h]),
+                  v1 = silu_mul(acc[4 * j + 2 * h + 1], acc[4 * (j + 8) + 2 * h + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(y + r * a.ldy + n) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
 // A consumer warpgroup (kWgc 0 or 1: the tile's rows times its weight rows 128 kWgc ..): kSub MMAs
 // (32 K each) accumulated in the tensor cores before each promotion to the fp32 accumulator. Every
 // address the MMAs and barriers take derives from compile-time and CTA-uniform values only (the
@@ -367,25 +437,10 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     tail(std::make_integer_sequence<int, kU>{});
     release(slot);
 
-    auto* y = static_cast<__nv_bfloat16*>(a.y);
-    const int64_t row0 = t.r0 + frag_row;
-    constexpr int kOutChunks = kGated ? 8 : 16;
-#pragma unroll
-    for (int j = 0; j < kOutChunks; ++j) {
-      const int64_t n = t.n0 + kWgc * (n_step / 2) + 8 * j + 2 * (lane & 3);
-      if (n >= a.N) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t r = row0 + 8 * h;
-        if (r >= t.r_end) continue;
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        if constexpr (kGated) {
-          v0 = silu_mul(v0, acc[4 * (j + 8) + 2 * h]);
-          v1 = silu_mul(v1, acc[4 * (j + 8) + 2 * h + 1]);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(y + r * a.ldy + n) = __floats2bfloat162_rn(v0, v1);
-      }
-    }
+    if constexpr (kGated)
+      store_swiglu<kWgc>(a, t, acc, t.r0 + frag_row, n_step);
+    else
+      store_plain<kWgc>(a, t, acc, t.r0 + frag_row, n_step);
   }
 }
 
@@ -478,8 +533,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.N <= 0) return cudaSuccess;
-  if (a.experts <= 0 || a.experts > kMoeMaxExperts || a.K % 16 != 0 || a.N % 2 != 0 ||
-      a.ldq % 16 != 0 || a.ldy % 2 != 0 || a.tc_workspace == nullptr ||
+  if (a.experts <= 0 || a.experts > kMoeMaxExperts || a.K % 16 != 0 || a.ldq % 16 != 0 ||
+      a.N % 8 != 0 || a.ldy % 8 != 0 || reinterpret_cast<uintptr_t>(a.y) % 16 != 0 ||
+      a.tc_workspace == nullptr ||
       reinterpret_cast<uintptr_t>(a.tc_workspace) % scratch::kTmaMapBytes != 0)
     return cudaErrorInvalidValue;
   int dev = 0;

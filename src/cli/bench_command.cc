@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -47,6 +48,7 @@ struct BenchFlags {
   bool enforce_eager = RunnerOptions{}.enforce_eager;  // no CUDA graphs for decode
   bool batch_invariant = RunnerOptions{}.batch_invariant;
   bool json = false;
+  bool timeline = false;
   // The roofline's peaks. 0: the device's own (H200 figures on a GPU; none on the CPU).
   double peak_bandwidth = 0;
   double peak_flops = 0;
@@ -152,6 +154,72 @@ LayerTypeTimes profile_step(ModelRunner& runner, const ForwardBatch& batch, cons
   return t;
 }
 
+// One step enqueued with no synchronisation inside it (--timeline): at each of the model's
+// observation points, when the host had enqueued the work up to it and when the GPU reached it
+// (a CUDA event on the rank's stream), both from the step's start. Where the GPU reaches a point
+// well after the host did, the host was ahead and cost the step nothing; where the two meet, the
+// GPU waited for launches or host work.
+struct Timeline {
+  struct Point {
+    std::string name;
+    double host_ms = 0, gpu_ms = 0;
+  };
+  std::vector<Point> points;
+  // The point where the host was least ahead of the GPU (gpu_ms - host_ms smallest).
+  const Point* closest() const {
+    const Point* best = nullptr;
+    for (const Point& p : points)
+      if (!best || p.gpu_ms - p.host_ms < best->gpu_ms - best->host_ms) best = &p;
+    return best;
+  }
+};
+
+#ifdef MLASERVE_CUDA_RUNTIME
+class Event {
+ public:
+  Event() { cuda::check(cudaEventCreate(&e_), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(e_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record() { cuda::check(cudaEventRecord(e_, cuda::stream()), "cudaEventRecord"); }
+  double ms_since(const Event& start) const {
+    float ms = 0;
+    cuda::check(cudaEventElapsedTime(&ms, start.e_, e_), "cudaEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
+  const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
+  std::deque<Event> events;  // one per point, after `start`
+  Event start;
+  Timeline t;
+  cuda::synchronize();
+  const Clock::time_point h0 = Clock::now();
+  start.record();
+  runner.forward_sample(batch, greedy, [&](std::string_view name, const Tensor&) {
+    events.emplace_back().record();
+    t.points.push_back({std::string(name), seconds(Clock::now() - h0) * 1e3, 0});
+  });
+  cuda::synchronize();
+  for (size_t i = 0; i < events.size(); ++i) t.points[i].gpu_ms = events[i].ms_since(start);
+  return t;
+}
+#endif
+
+json timeline_json(const std::optional<Timeline>& t) {
+  if (!t || t->points.empty()) return nullptr;
+  json points = json::array();
+  for (const Timeline::Point& p : t->points)
+    points.push_back({{"name", p.name}, {"host_ms", p.host_ms}, {"gpu_ms", p.gpu_ms}});
+  const Timeline::Point& c = *t->closest();
+  return {{"points", points},
+          {"least_host_lead", {{"point", c.name}, {"ms", c.gpu_ms - c.host_ms}}}};
+}
+
 // Sequence s owns blocks [s · per_seq, (s + 1) · per_seq) of the cache.
 struct Workload {
   int64_t input_len = 0, output_len = 0;
@@ -213,6 +281,7 @@ struct Phase {
   StepCost cost;                // per pass (prefill), summed over the steps (decode)
   double floor_s = 0;           // Σ per-step floors, per pass
   std::optional<LayerTypeTimes> layers;
+  std::optional<Timeline> timeline;
 };
 
 struct Context {
@@ -223,6 +292,14 @@ struct Context {
 
   std::optional<LayerTypeTimes> profile(const ForwardBatch& batch) {
     return profile_step(runner, batch, device);
+  }
+  std::optional<Timeline> timeline(const ForwardBatch& batch) {
+#ifdef MLASERVE_CUDA_RUNTIME
+    if (flags.timeline) return timeline_step(runner, batch);
+#else
+    (void)batch;
+#endif
+    return std::nullopt;
   }
 };
 
@@ -257,6 +334,7 @@ Phase run_prefill(Context& cx, const Workload& w, std::vector<int32_t>& first_to
     }
   }
   ph.layers = cx.profile(steps[0].batch);
+  ph.timeline = cx.timeline(steps[0].batch);
   return ph;
 }
 
@@ -285,6 +363,7 @@ Phase run_decode(Context& cx, const Workload& w, std::vector<int32_t> tokens) {
       tokens = std::move(drawn.ids);
     }
   ph.layers = cx.profile(decode_step(w, w.input_len, tokens));
+  ph.timeline = cx.timeline(decode_step(w, w.input_len, tokens));
   return ph;
 }
 
@@ -413,6 +492,7 @@ json run_one(Context& cx, int64_t batch, double load_s) {
         {"ttft_ms", quantiles_ms(p.ttft)},
         {"roofline", roofline_json(p.cost, p.floor_s, pass, cx.peaks)},
         {"layer_types", layer_types_json(p.layers, c)},
+        {"timeline", timeline_json(p.timeline)},
     };
   }
   if (f.output_len > 0) {
@@ -425,6 +505,7 @@ json run_one(Context& cx, int64_t batch, double load_s) {
         {"tpot_ms", quantiles_ms(d.samples)},
         {"roofline", roofline_json(scaled(d.cost, per_step), d.floor_s * per_step, step, cx.peaks)},
         {"layer_types", layer_types_json(d.layers, c)},
+        {"timeline", timeline_json(d.timeline)},
     };
   }
   out["cuda_graph_replays"] = cx.runner.graph_replays();
@@ -521,6 +602,17 @@ void print_table(const json& r) {
                          (*col.second)[key]["per_layer_ms"].get<double>());
     out += "\n";
   }
+  for (const auto& [name, p] : {std::pair{"prefill step", &pre}, std::pair{"decode step", &dec}})
+    if (!p->is_null() && !(*p)["timeline"].is_null()) {
+      const json& t = (*p)["timeline"];
+      const json& last = t["points"].back();
+      out += fmt::format(
+          "\ntimeline, {}: the host reached the last point at {:.3f} ms, the GPU at {:.3f} ms; "
+          "the host least ahead at {} ({:.3f} ms)\n",
+          name, last["host_ms"].get<double>(), last["gpu_ms"].get<double>(),
+          t["least_host_lead"]["point"].get<std::string>(),
+          t["least_host_lead"]["ms"].get<double>());
+    }
   std::fputs(out.c_str(), stdout);
 }
 
@@ -531,6 +623,10 @@ void run(const BenchFlags& f) {
   if (f.synthetic_context && f.output_len == 0)
     raise<InvalidArgument>("--synthetic-context measures decode only: give --output-len >= 1");
   const Device device = parse_device(f.device);
+  if (f.timeline && (device.is_cpu() || f.tensor_parallel_size != 1))
+    raise<InvalidArgument>(
+        "--timeline times a GPU's progress against the host's on one rank: give --device cuda "
+        "and --tensor-parallel-size 1");
   if (device.is_cpu() && (f.peak_bandwidth > 0) != (f.peak_flops > 0))
     raise<InvalidArgument>(
         "bench on the CPU: give both --peak-bandwidth and --peak-flops for a roofline, or "
@@ -631,6 +727,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--batch-invariant,!--no-batch-invariant", f->batch_invariant,
                 "Every token's output independent of its batch (as serve --batch-invariant)");
   cmd->add_flag("--json", f->json, "One JSON object per batch size, one per line");
+  cmd->add_flag("--timeline", f->timeline,
+                "Also run one step of each phase unsynchronised and report, per observation "
+                "point, when the host had enqueued it and when the GPU reached it");
   cmd->callback([f] { run(*f); });
 }
 

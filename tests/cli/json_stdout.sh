@@ -2,7 +2,8 @@
 # A command's --json output is stdout alone (logs go to stderr), and plan-memory plans what serve
 # would run: --batch-invariant's attention cut, or VLLM_BATCH_INVARIANT=1's (the demo model's
 # decode steps then keep no split partials), and its refusal of block-FP8 checkpoints on a GPU.
-# The GPU kind is planned in meta mode, so no GPU is needed.
+# The GPU kind is planned in meta mode, so no GPU is needed. bench --timeline is refused on the
+# CPU.
 #   json_stdout.sh MLASERVE_BIN SOURCE_DIR
 set -uo pipefail
 bin="$1" src="$2"
@@ -34,6 +35,16 @@ if [[ $rc != 1 || ! $err =~ "block-FP8" ]]; then
   fail "block-FP8 with --batch-invariant on the GPU: exit $rc (want 1), stderr: ${err:0:300}"
 else
   echo "ok   block-FP8 refused: $err"
+fi
+
+# bench --timeline times a GPU against its host: refused on the CPU, before the model loads.
+err=$("$bin" bench --model "$src/models/demo-glm5" --batch 1 --input-len 8 --output-len 1 \
+  --timeline 2>&1 >/dev/null)
+rc=$?
+if [[ $rc != 1 || ! $err =~ "--timeline" ]]; then
+  fail "bench --timeline on the CPU: exit $rc (want 1), stderr: ${err:0:300}"
+else
+  echo "ok   bench --timeline refused on the CPU: $err"
 fi
 
 [[ $failures == 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -165,11 +165,13 @@ struct Timeline {
     double host_ms = 0, gpu_ms = 0;
   };
   std::vector<Point> points;
-  // The point where the host was least ahead of the GPU (gpu_ms - host_ms smallest).
+  // The point where the host was least ahead of the GPU (gpu_ms - host_ms smallest), past the
+  // first, where the two start together.
   const Point* closest() const {
     const Point* best = nullptr;
-    for (const Point& p : points)
-      if (!best || p.gpu_ms - p.host_ms < best->gpu_ms - best->host_ms) best = &p;
+    for (size_t i = points.size() > 1 ? 1 : 0; i < points.size(); ++i)
+      if (!best || points[i].gpu_ms - points[i].host_ms < best->gpu_ms - best->host_ms)
+        best = &points[i];
     return best;
   }
 };

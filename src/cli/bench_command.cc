@@ -364,8 +364,9 @@ Phase run_decode(Context& cx, const Workload& w, std::vector<int32_t> tokens) {
       ph.samples.push_back(seconds(Clock::now() - start));
       tokens = std::move(drawn.ids);
     }
-  ph.layers = cx.profile(decode_step(w, w.input_len, tokens));
-  ph.timeline = cx.timeline(decode_step(w, w.input_len, tokens));
+  const ForwardBatch profiled = decode_step(w, w.input_len, tokens);
+  ph.layers = cx.profile(profiled);
+  ph.timeline = cx.timeline(profiled);
   return ph;
 }
 

@@ -66,6 +66,11 @@ constexpr int kABytes = kBM * kBK, kBBytes = kBN * kBK, kBHalfBytes = kBBytes / 
 constexpr int kScaleBytes = (kBM + 4) * 4;
 constexpr int kSmemBytes = kStages * (kABytes + kBBytes + kScaleBytes) + 1024 /* alignment */;
 
+// A tile's outputs: gated, 128 SwiGLU outputs of its 256 weight rows; else one per weight row.
+__host__ __device__ constexpr int tile_outputs(bool gated) {
+  return gated ? kBN / 2 : kBN;
+}
+
 __device__ __forceinline__ float silu_mul(float g, float u) {
   return g / (1.0f + __expf(-g)) * u;
 }
@@ -114,8 +119,8 @@ struct RingPos {
 // intermediate size) and whose CTAs drifted apart at a fixed stride (its weights read from DRAM
 // about twice: 7.5 GB a launch on the H100, 3.4 GB counted, 21 % faster; bench/RESULTS.md,
 // session 30). Gate·up's tiles are three times longer and its weights were read about once; it
-// took 9 % longer counted (its CTAs in step request the same activation blocks at once, or
-// the kernel's small spill then: not told apart), so it keeps the stride.
+// took 7-12 % longer counted, without any spill, reading less from DRAM but working L2 harder
+// (session 31), so it keeps the stride.
 __host__ __device__ constexpr bool counted_tiles(bool gated) {
   return !gated;
 }
@@ -513,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   // Computed in each role: nothing but the arguments lives across the register reallocation.
-  constexpr int n_step = kGated ? kBN / 2 : kBN;  // outputs per tile
+  constexpr int n_step = tile_outputs(kGated);
   const auto n_tiles = [&] { return static_cast<int>((a.N + n_step - 1) / n_step); };
   const auto KB = [&] { return static_cast<int>((a.K + kBK - 1) / kBK); };
   if (wg == 0) {
@@ -544,7 +549,7 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (e == cudaSuccess) e = device_facts(dev, &f);
   if (e != cudaSuccess) return e;
   // Upper bound of the tiles (each non-empty expert rounds up once), capped at one CTA per SM.
-  const int64_t n_step = a.gated ? kBN / 2 : kBN;
+  const int64_t n_step = tile_outputs(a.gated);
   const int64_t tiles = ((a.rows + kBM - 1) / kBM + std::min<int64_t>(a.experts, a.rows)) *
                         ((a.N + n_step - 1) / n_step);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, f.sms));

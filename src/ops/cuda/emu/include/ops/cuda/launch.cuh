@@ -31,6 +31,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
                 launch_regs_per_thread(threads), [&] { std::apply(kernel, params); });
 }
 
+// The same as launch: emulated launches run one after another anyway.
 template <typename... Params, typename... Args>
 void launch_serial(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                    cudaStream_t stream, Args&&... args) {

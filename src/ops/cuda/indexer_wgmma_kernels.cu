@@ -91,12 +91,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int u = 0; u < QT; ++u) n_any = max(n_any, n_s[u]);
   if (key0 >= n_any) return;
 
-  // This warpgroup's stages; a thread copies half of key row wtid / 2 of each tile.
+  // This warpgroup's stages. A lane pair copies key row wtid / 2 of each tile, each lane every
+  // other 16-byte chunk, so that each copy of a warp fills whole 32-byte sectors (one chunk a lane
+  // left half of each sector unread: 45 % of the kernel's L2 sectors, bench/RESULTS.md session 32).
   unsigned char* stages = smem + kKOff + wg * kStages * kStageBytes;
-  const int ld_row = wtid >> 1, ld_half = wtid & 1;
+  const int ld_row = wtid >> 1, ld_odd = wtid & 1;
   const uint64_t q_desc = wgmma_desc_sw128(q_s);
   const int g = lane >> 2, q4 = lane & 3;
   const int r0 = warp * 16 + g;  // this thread's keys in a tile: r0 and r0 + 8
+  const bool q_odd = q4 & 1, q_high = q4 & 2;
+  const int u_lane = (q_odd ? QT / 2 : 0) + (q_high ? QT / 4 : 0);
   float acc[128];
 
   // Runs of tokens of one sequence [g0, g1), one after another: a run's keys are the same rows
@@ -121,11 +125,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       return e;
     };
     auto issue = [&](int i, int64_t row) {
-      unsigned char* dst = stages + (i % kStages) * kStageBytes + ld_half * kKBlockBytes;
-      const bf16* src = row >= 0 ? kbase + row * p.k_sr + ld_half * 64 : kbase;
+      unsigned char* dst = stages + (i % kStages) * kStageBytes;
+      const bf16* src = row >= 0 ? kbase + row * p.k_sr + ld_odd * 8 : kbase;
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
-        cp_async16(dst + swizzle128(ld_row, c), src + c * 8, row >= 0 ? 16 : 0);
+      for (int c = 0; c < kChunks / 2; ++c)  // chunk 2c + ld_odd: 64-column block c / 4
+        cp_async16(dst + (c >> 2) * kKBlockBytes + swizzle128(ld_row, (2 * c + ld_odd) & 7),
+                   src + c * 16, row >= 0 ? 16 : 0);
     };
 
     // The previous run's reads of the stages are over.
@@ -141,6 +146,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     PendingRow next = pending_of(kStages - 1);  // at the top of iteration i: of tile i + S − 1
+    // The sums this lane stores (the epilogue's butterfly): tokens u_lane .. u_lane + QT / 4 − 1,
+    // each up to its keys' end, none outside the run.
+    int key_end[QT / 4];
+#pragma unroll
+    for (int t = 0; t < QT / 4; ++t) {
+      const int u = u_lane + t;
+      key_end[t] = u >= g0 && u < g1 ? n_s[u] : 0;
+    }
+    float* const srow = scores + static_cast<int64_t>(tb + u_lane - t0) * ld;
 
     for (int i = 0; i < mine; ++i) {
       cp_async_wait<kStages - 2>();
@@ -163,12 +177,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       wgmma_fence_operands(acc);
 
-      const int64_t tile_key = first_key(i);
+      // Each (token, key) sum of this lane's two columns (all of the group's tokens: rows past a
+      // token's keys are not stored), then the quad's four lanes' sums added pairwise in a
+      // butterfly that halves the sums a lane keeps at each of its two rounds. A lane adds its own
+      // sum and its partner's, as the one-token kernel's shuffles do, and float addition
+      // commutes: every lane of the quad forms the same floats. Each lane then stores QT / 2 sums
+      // (QT / 4 tokens × its two keys); one shuffle, one add and one store a sum had left the
+      // epilogue waiting on its chains (bench/RESULTS.md, session 32).
+      float v[2 * QT];  // [2u + hr]: token u, key r0 + 8 hr
 #pragma unroll
-      for (int u = 0; u < QT; ++u) {
-        const int n = n_s[u];
-        if (u < g0 || u >= g1 || tile_key >= n) continue;
-        float* srow = scores + static_cast<int64_t>(tb + u - t0) * ld;
+      for (int u = 0; u < QT; ++u)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           float part[2];
@@ -184,12 +202,21 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             part[c] = s;
           }
-          float s = part[0] + part[1];
-          s += __shfl_xor_sync(0xffffffffu, s, 1);
-          s += __shfl_xor_sync(0xffffffffu, s, 2);
-          const int64_t key = tile_key + r0 + 8 * hr;
-          if (q4 == 0 && key < n) srow[key] = s;
+          v[2 * u + hr] = part[0] + part[1];
         }
+      float h1[QT];  // sums [QT·odd, QT·odd + QT) of v
+#pragma unroll
+      for (int k = 0; k < QT; ++k) {
+        const float send = q_odd ? v[k] : v[QT + k], keep = q_odd ? v[QT + k] : v[k];
+        h1[k] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+      }
+      const int64_t tile_key = first_key(i), key = tile_key + r0;
+#pragma unroll
+      for (int k = 0; k < QT / 2; ++k) {
+        const float send = q_high ? h1[k] : h1[QT / 2 + k], keep = q_high ? h1[QT / 2 + k] : h1[k];
+        const float sum = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        const int t = k >> 1, hr = k & 1;  // this lane's token u_lane + t, key r0 + 8 hr
+        if (key + 8 * hr < key_end[t]) srow[t * ld + key + 8 * hr] = sum;
       }
     }
   }

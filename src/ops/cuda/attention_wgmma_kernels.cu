@@ -197,8 +197,9 @@ struct Consumer {
   // Moves the running maximum to m_new (the rows' new maxima): O and the sum rescaled, then S
   // turned into probabilities in place (fp32) and into pa (bf16, pv_rs's layout); the sum gains
   // the rounded probabilities, the ones the MMAs take. A probability below 2^-126 of its row's
-  // maximum is flushed to zero (exp2_ftz): it could not move the sum or O, and exp2f's handling
-  // of such results was a third of the consumers' float instructions.
+  // maximum is flushed to zero (exp2_ftz): it could not move the sum or O. Without exp2f's
+  // handling of such results the kernel issues 8 % fewer instructions and takes 3 % less time
+  // (bench/RESULTS.md, session 32).
   __device__ __forceinline__ void softmax(float (&s)[32], const float (&m_new)[2],
                                           uint32_t (&pa)[16]) {
     float alpha[2], psum[2] = {0.0f, 0.0f};

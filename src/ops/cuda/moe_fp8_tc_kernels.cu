@@ -301,8 +301,9 @@ __device__ __forceinline__ void store_swiglu(const MoeFp8GemmArgs& a, const Tile
 // (32 K each) accumulated in the tensor cores before each promotion to the fp32 accumulator. Every
 // address the MMAs and barriers take derives from compile-time and CTA-uniform values only (the
 // warpgroup is a template argument, the barriers' shared addresses are converted once), so ptxas
-// keeps them in uniform registers: a sub-step's own instructions are its MMA and its promotion's
-// FFMAs.
+// keeps them in uniform registers. Those still take issue slots, and nothing a sub-partition issues
+// overlaps its MMAs: per K block gate·up issues 47 uniform instructions beside its 128 promotion
+// FFMAs (bench/RESULTS.md, session 32).
 template <bool kGated, int kSub, int kWgc>
 __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, const Ring& ring,
                                         const int* cum, int n_tiles, int n_step, int KB) {

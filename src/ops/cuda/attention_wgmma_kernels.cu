@@ -78,11 +78,18 @@ struct Sync {
   uint64_t full[2][2];   // [buffer][half]: the half has landed
   uint64_t empty[2][2];  // [buffer][half]: its readers are done with it
   float max[64];         // the running maximum of each head, handed 0 → 1 → 0
-  int state[2];          // per buffer, with its first half: 1 a tile, 0 the end
+  int state[2];          // per buffer, with its first half: a TileState
   uint8_t valid[2][kKeys];
-  uint8_t any[2][4];  // the producer's warps: whether their rows of a pair hold a key
+  uint8_t keys[2][4];  // the producer's warps: a KeyFlags of their rows of a pair
 };
 enum Half { kL = 0, kR = 1 };
+// A buffer's tile: the list's end, or a tile of which every key, or only some, are valid. A
+// full tile's scores need no mask (DSA's lists are full but for their last tile and the padding
+// of early queries).
+enum TileState { kEnd = 0, kPartial = 1, kFull = 2 };
+// A producer warp's rows of a pair: whether any names a key; whether all of tile 2i's, or of
+// tile 2i + 1's, do.
+enum KeyFlags : uint8_t { kAnyKey = 1, kAllKeys0 = 2, kAllKeys1 = 4 };
 
 // Byte offset of K step kk (16 columns) of a 576-column tile: four steps per column block, 32
 // bytes apart inside its rows.
@@ -102,15 +109,16 @@ __device__ __forceinline__ void s_mmas(float (&s)[32], uint64_t q_desc, uint64_t
 }
 
 // S of a consumer's tile of the pair: the half the producer copies first (L for tile 2i, R for
-// 2i + 1: K steps 0-15 or 16-35) while the other lands, then the other; false at the list's end,
-// which the producer marks in `state` with the first half.
+// 2i + 1: K steps 0-15 or 16-35) while the other lands, then the other. Returns the tile's
+// state, which the producer publishes with the first half (kEnd: no S).
 template <Half kFirst>
-__device__ __forceinline__ bool s_tile(float (&s)[32], uint64_t q_desc, uint64_t k_desc,
+__device__ __forceinline__ TileState s_tile(float (&s)[32], uint64_t q_desc, uint64_t k_desc,
                                        uint32_t full_first, uint32_t full_second, const int& state,
                                        uint32_t phase) {
   constexpr int kSplit = 4 * kLBlocks, kSteps = kMlaWgmmaDk / 16;  // K steps: the L half's, all
   mbar_wait(full_first, phase);
-  if (state == 0) return false;
+  const auto st = static_cast<TileState>(state);
+  if (st == kEnd) return kEnd;
   wgmma_fence();
   if constexpr (kFirst == kL)
     s_mmas<0, kSplit>(s, q_desc, k_desc, true);
@@ -125,7 +133,7 @@ __device__ __forceinline__ bool s_tile(float (&s)[32], uint64_t q_desc, uint64_t
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operands(s);
-  return true;
+  return st;
 }
 
 // O (+)= P · V over 64 keys: P from this thread's registers (pa[2j + h]: rows r0 / r1, keys 8j +
@@ -162,7 +170,10 @@ struct Consumer {
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   }
 
-  // Masks S (scaled to the log2 domain) by the tile's valid keys; the row maxima of the tile.
+  // Masks S by the tile's valid keys (a full tile's are all valid), and the tile's row maxima in
+  // the log2 domain. S stays unscaled: softmax scales it in the FFMA that subtracts the maximum.
+  // Rounding is monotonic, so the maximum scaled is the maximum of the scaled scores.
+  template <TileState kState>
   __device__ __forceinline__ void mask(float (&s)[32], const uint8_t* valid, float scale_log2,
                                        float (&tmax)[2]) const {
     tmax[0] = tmax[1] = -INFINITY;
@@ -170,15 +181,26 @@ struct Consumer {
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int key = 8 * j + 2 * q4 + (c & 1);
-        s[4 * j + c] = valid[key] ? s[4 * j + c] * scale_log2 : -INFINITY;
+        if constexpr (kState == kPartial)
+          if (!valid[8 * j + 2 * q4 + (c & 1)]) s[4 * j + c] = -INFINITY;
         tmax[c >> 1] = fmaxf(tmax[c >> 1], s[4 * j + c]);
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
       tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+      tmax[h] *= scale_log2;
     }
+  }
+
+  // mask<kFull> or mask<kPartial>, by the tile's state: the full tile's loop has no loads or
+  // selects (a third fewer instructions before the exponentials).
+  __device__ __forceinline__ void mask(TileState st, float (&s)[32], const uint8_t* valid,
+                                       float scale_log2, float (&tmax)[2]) const {
+    if (st == kFull)
+      mask<kFull>(s, valid, scale_log2, tmax);
+    else
+      mask<kPartial>(s, valid, scale_log2, tmax);
   }
 
   __device__ __forceinline__ void scale_o(const float (&alpha)[2]) {
@@ -195,13 +217,14 @@ struct Consumer {
   }
 
   // Moves the running maximum to m_new (the rows' new maxima): O and the sum rescaled, then S
-  // turned into probabilities in place (fp32) and into pa (bf16, pv_rs's layout); the sum gains
+  // (unscaled) turned into probabilities in place (fp32), exp2(S · scale_log2 − m_new) with one
+  // rounding before the exponential, and into pa (bf16, pv_rs's layout); the sum gains
   // the rounded probabilities, the ones the MMAs take. A probability below 2^-126 of its row's
   // maximum is flushed to zero (exp2_ftz): it could not move the sum or O. Without exp2f's
   // handling of such results the kernel issues 8 % fewer instructions and takes 3 % less time
   // (bench/RESULTS.md, session 32).
   __device__ __forceinline__ void softmax(float (&s)[32], const float (&m_new)[2],
-                                          uint32_t (&pa)[16]) {
+                                          float scale_log2, uint32_t (&pa)[16]) {
     float alpha[2], psum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -213,8 +236,8 @@ struct Consumer {
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        s[4 * j + 2 * h] = exp2_ftz(s[4 * j + 2 * h] - m_new[h]);
-        s[4 * j + 2 * h + 1] = exp2_ftz(s[4 * j + 2 * h + 1] - m_new[h]);
+        s[4 * j + 2 * h] = exp2_ftz(fmaf(s[4 * j + 2 * h], scale_log2, -m_new[h]));
+        s[4 * j + 2 * h + 1] = exp2_ftz(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_new[h]));
         const __nv_bfloat162 pp = __floats2bfloat162_rn(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
         psum[h] += __low2float(pp) + __high2float(pp);
         memcpy(&pa[2 * j + h], &pp, 4);
@@ -280,12 +303,13 @@ __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync&
   float s[32];
   uint32_t pa[16];
   for (uint32_t phase = 0;; phase ^= 1) {
-    if (!s_tile<kL>(s, r.q_desc, r.k_desc, r.full_l, r.full_r, sy.state[0], phase)) break;
+    const TileState st = s_tile<kL>(s, r.q_desc, r.k_desc, r.full_l, r.full_r, sy.state[0], phase);
+    if (st == kEnd) break;
 
     float tmax[2];
-    c.mask(s, sy.valid[0], scale_log2, tmax);
+    c.mask(st, s, sy.valid[0], scale_log2, tmax);
     const float m_new[2] = {fmaxf(c.m[0], tmax[0]), fmaxf(c.m[1], tmax[1])};
-    c.softmax(s, m_new, pa);
+    c.softmax(s, m_new, scale_log2, pa);
     c.put_max(sy.max);
     named_barrier_arrive(kBarMax0, 2 * kWarpgroup);
 
@@ -348,14 +372,15 @@ __device__ __forceinline__ void consume1(Consumer& c, unsigned char* smem, Sync&
   float s[32];
   uint32_t pa[16];
   for (uint32_t phase = 0;; phase ^= 1) {
-    if (!s_tile<kR>(s, r.q_desc, r.k_desc, r.full_r, r.full_l, sy.state[1], phase)) break;
+    const TileState st = s_tile<kR>(s, r.q_desc, r.k_desc, r.full_r, r.full_l, sy.state[1], phase);
+    if (st == kEnd) break;
 
     float tmax[2];
-    c.mask(s, sy.valid[1], scale_log2, tmax);
+    c.mask(st, s, sy.valid[1], scale_log2, tmax);
     named_barrier_sync(kBarMax0, 2 * kWarpgroup);
     const float m_new[2] = {fmaxf(sy.max[c.r0], tmax[0]), fmaxf(sy.max[c.r1], tmax[1])};
     __syncwarp();  // every lane has read its rows' maxima before a lane overwrites them
-    c.softmax(s, m_new, pa);
+    c.softmax(s, m_new, scale_log2, pa);
     c.put_max(sy.max);
     named_barrier_arrive(kBarMax1, 2 * kWarpgroup);
 
@@ -477,12 +502,17 @@ __device__ __forceinline__ void produce(const Producer& pr, unsigned char* smem,
   for (int i = 0; i < npairs; ++i) {
     // Whether any of the pair's 128 entries names a key: a pair of none adds nothing (its
     // probabilities are 0 and the running maximum stays), so it is skipped, exactly. DSA lists
-    // of early queries end in such padding.
-    const bool any = __any_sync(0xffffffffu, row >= 0);
-    if (lane == 0) sy.any[i & 1][x >> 5] = any;
+    // of early queries end in such padding. And whether each tile's 64 entries all do.
+    const bool valid = row >= 0;
+    const int flags = (__any_sync(0xffffffffu, valid) ? kAnyKey : 0) |
+                      (__all_sync(0xffffffffu, valid || pr.sub >= 4) ? kAllKeys0 : 0) |
+                      (__all_sync(0xffffffffu, valid || pr.sub < 4) ? kAllKeys1 : 0);
+    if (lane == 0) sy.keys[i & 1][x >> 5] = static_cast<uint8_t>(flags);
     named_barrier_sync(kBarPairs, kWarpgroup);
-    const bool pair_any = sy.any[i & 1][0] | sy.any[i & 1][1] | sy.any[i & 1][2] | sy.any[i & 1][3];
-    if (pair_any) {
+    const uint8_t* keys = sy.keys[i & 1];
+    const int any_key = keys[0] | keys[1] | keys[2] | keys[3];
+    const int all_keys = keys[0] & keys[1] & keys[2] & keys[3];
+    if (any_key & kAnyKey) {
       int64_t ra[4], rb[4];  // this thread's rows of the pair's two tiles
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -492,13 +522,13 @@ __device__ __forceinline__ void produce(const Producer& pr, unsigned char* smem,
       const int my_key = pr.g + 16 * (pr.sub & 3);
       // Each buffer's flags go with the half its consumer waits for first.
       mbar_wait(empty(0, kL), phase ^ 1);
-      if (pr.sub < 4) sy.valid[0][my_key] = row >= 0;
-      if (x == 0) sy.state[0] = 1;
+      if (pr.sub < 4) sy.valid[0][my_key] = valid;
+      if (x == 0) sy.state[0] = all_keys & kAllKeys0 ? kFull : kPartial;
       pr.copy<0, kLBlocks>(dst0, ra);
       arrive_full(0, kL);
       mbar_wait(empty(1, kR), phase ^ 1);
-      if (pr.sub >= 4) sy.valid[1][my_key] = row >= 0;
-      if (x == 0) sy.state[1] = 1;
+      if (pr.sub >= 4) sy.valid[1][my_key] = valid;
+      if (x == 0) sy.state[1] = all_keys & kAllKeys1 ? kFull : kPartial;
       pr.copy<kLBlocks, kColBlocks>(dst1, rb);
       arrive_full(1, kR);
       mbar_wait(empty(0, kR), phase ^ 1);
@@ -515,10 +545,10 @@ __device__ __forceinline__ void produce(const Producer& pr, unsigned char* smem,
   }
   // The end, where each consumer waits first.
   mbar_wait(empty(0, kL), phase ^ 1);
-  if (x == 0) sy.state[0] = 0;
+  if (x == 0) sy.state[0] = kEnd;
   arrive_full(0, kL);
   mbar_wait(empty(1, kR), phase ^ 1);
-  if (x == 0) sy.state[1] = 0;
+  if (x == 0) sy.state[1] = kEnd;
   arrive_full(1, kR);
   cp_async_wait<0>();
 }

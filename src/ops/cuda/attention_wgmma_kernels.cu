@@ -24,6 +24,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -113,8 +114,8 @@ __device__ __forceinline__ void s_mmas(float (&s)[32], uint64_t q_desc, uint64_t
 // state, which the producer publishes with the first half (kEnd: no S).
 template <Half kFirst>
 __device__ __forceinline__ TileState s_tile(float (&s)[32], uint64_t q_desc, uint64_t k_desc,
-                                       uint32_t full_first, uint32_t full_second, const int& state,
-                                       uint32_t phase) {
+                                            uint32_t full_first, uint32_t full_second,
+                                            const int& state, uint32_t phase) {
   constexpr int kSplit = 4 * kLBlocks, kSteps = kMlaWgmmaDk / 16;  // K steps: the L half's, all
   mbar_wait(full_first, phase);
   const auto st = static_cast<TileState>(state);
@@ -223,8 +224,8 @@ struct Consumer {
   // maximum is flushed to zero (exp2_ftz): it could not move the sum or O. Without exp2f's
   // handling of such results the kernel issues 8 % fewer instructions and takes 3 % less time
   // (bench/RESULTS.md, session 32).
-  __device__ __forceinline__ void softmax(float (&s)[32], const float (&m_new)[2],
-                                          float scale_log2, uint32_t (&pa)[16]) {
+  __device__ __forceinline__ void softmax(float (&s)[32], const float (&m_new)[2], float scale_log2,
+                                          uint32_t (&pa)[16]) {
     float alpha[2], psum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -443,18 +444,24 @@ struct Producer {
     return tile < ntiles && i < end ? entry_index(p, t, i) : -1;
   }
 
-  // Copies column blocks kB0 .. kB1 − 1 of this thread's rows `rows` of the cache into a
-  // buffer (dst: the buffer's shared address plus this thread's offset in every block).
+  // This thread's chunk of cache row `row` (rows fit 31 bits: mla_wgmma_applies), or of row 0
+  // for a masked one, which is copied as zeros: one wide multiply-add, formed once for both
+  // halves of the row's tile.
+  __device__ __forceinline__ const bf16* source(int32_t row) const {
+    const uint32_t r = row >= 0 ? static_cast<uint32_t>(row) : 0u;
+    const uint32_t row_bytes = static_cast<uint32_t>(p.k_sr) * sizeof(bf16);
+    const char* base = static_cast<const char*>(p.k) + sub * 16;
+    return reinterpret_cast<const bf16*>(base + static_cast<uint64_t>(r) * row_bytes);
+  }
+
+  // Copies column blocks kB0 .. kB1 − 1 of this thread's rows `rows` (sources `src`) of the cache
+  // into a buffer (dst: the buffer's shared address plus this thread's offset in every block).
   template <int kB0, int kB1>
-  __device__ __forceinline__ void copy(uint32_t dst, const int64_t (&rows)[4]) const {
-    const bf16* kbase = static_cast<const bf16*>(p.k);
-    const bf16* src[4];
+  __device__ __forceinline__ void copy(uint32_t dst, const bf16* const (&src)[4],
+                                       const int32_t (&rows)[4]) const {
     int bytes[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      src[k] = rows[k] >= 0 ? kbase + rows[k] * p.k_sr + sub * 8 : kbase;
-      bytes[k] = rows[k] >= 0 ? 16 : 0;
-    }
+    for (int k = 0; k < 4; ++k) bytes[k] = rows[k] >= 0 ? 16 : 0;
     copy_rows<kB0, kB1>(dst, src, bytes, policy);
   }
 };
@@ -495,9 +502,11 @@ __device__ __forceinline__ void produce(const Producer& pr, unsigned char* smem,
 
   // Each pair's rows, two dependent loads resolved over the two pairs before it.
   const int npairs = (pr.ntiles + 1) / 2;
-  int32_t index = pr.index_of(2);                                                  // of pair i + 2
-  PendingRow pending = entry_lookup(p, pr.index_of(1), pr.nk, pr.seq);             // of pair i + 1
-  int64_t row = paged_resolve(p, entry_lookup(p, pr.index_of(0), pr.nk, pr.seq));  // of pair i
+  int32_t index = pr.index_of(2);                                       // of pair i + 2
+  PendingRow pending = entry_lookup(p, pr.index_of(1), pr.nk, pr.seq);  // of pair i + 1
+  // Of pair i (31 bits: mla_wgmma_applies).
+  int32_t row =
+      static_cast<int32_t>(paged_resolve(p, entry_lookup(p, pr.index_of(0), pr.nk, pr.seq)));
   uint32_t phase = 0;
   for (int i = 0; i < npairs; ++i) {
     // Whether any of the pair's 128 entries names a key: a pair of none adds nothing (its
@@ -513,33 +522,36 @@ __device__ __forceinline__ void produce(const Producer& pr, unsigned char* smem,
     const int any_key = keys[0] | keys[1] | keys[2] | keys[3];
     const int all_keys = keys[0] & keys[1] & keys[2] & keys[3];
     if (any_key & kAnyKey) {
-      int64_t ra[4], rb[4];  // this thread's rows of the pair's two tiles
+      int32_t ra[4], rb[4];  // this thread's rows of the pair's two tiles, and their sources
+      const bf16 *sa[4], *sb[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         ra[k] = __shfl_sync(0xffffffffu, row, (lane & ~7) | k);
         rb[k] = __shfl_sync(0xffffffffu, row, (lane & ~7) | (4 + k));
+        sa[k] = pr.source(ra[k]);
+        sb[k] = pr.source(rb[k]);
       }
       const int my_key = pr.g + 16 * (pr.sub & 3);
       // Each buffer's flags go with the half its consumer waits for first.
       mbar_wait(empty(0, kL), phase ^ 1);
       if (pr.sub < 4) sy.valid[0][my_key] = valid;
       if (x == 0) sy.state[0] = all_keys & kAllKeys0 ? kFull : kPartial;
-      pr.copy<0, kLBlocks>(dst0, ra);
+      pr.copy<0, kLBlocks>(dst0, sa, ra);
       arrive_full(0, kL);
       mbar_wait(empty(1, kR), phase ^ 1);
       if (pr.sub >= 4) sy.valid[1][my_key] = valid;
       if (x == 0) sy.state[1] = all_keys & kAllKeys1 ? kFull : kPartial;
-      pr.copy<kLBlocks, kColBlocks>(dst1, rb);
+      pr.copy<kLBlocks, kColBlocks>(dst1, sb, rb);
       arrive_full(1, kR);
       mbar_wait(empty(0, kR), phase ^ 1);
-      pr.copy<kLBlocks, kColBlocks>(dst0, ra);
+      pr.copy<kLBlocks, kColBlocks>(dst0, sa, ra);
       arrive_full(0, kR);
       mbar_wait(empty(1, kL), phase ^ 1);
-      pr.copy<0, kLBlocks>(dst1, rb);
+      pr.copy<0, kLBlocks>(dst1, sb, rb);
       arrive_full(1, kL);
       phase ^= 1;
     }
-    row = paged_resolve(p, pending);
+    row = static_cast<int32_t>(paged_resolve(p, pending));
     pending = entry_lookup(p, index, pr.nk, pr.seq);
     index = pr.index_of(i + 3);
   }
@@ -650,9 +662,10 @@ bool mla_wgmma_applies(const AttentionParams& p, int head_group, int device) {
     return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
   };
   return head_group == kMlaWgmmaHeads && p.Hk == 1 && p.Dk == kMlaWgmmaDk && p.Dv == kMlaWgmmaDv &&
-         p.v == p.k && p.v_sr == p.k_sr && aligned(p.q, 16) && aligned(p.k, 16) &&
-         aligned(p.out, 4) && p.q_st % 8 == 0 && p.q_sh % 8 == 0 && p.k_sr % 8 == 0 &&
-         p.o_st % 2 == 0 && p.o_sh % 2 == 0;
+         p.v == p.k && p.v_sr == p.k_sr && p.num_rows <= INT32_MAX &&
+         p.k_sr * static_cast<int64_t>(sizeof(bf16)) <= UINT32_MAX && aligned(p.q, 16) &&
+         aligned(p.k, 16) && aligned(p.out, 4) && p.q_st % 8 == 0 && p.q_sh % 8 == 0 &&
+         p.k_sr % 8 == 0 && p.o_st % 2 == 0 && p.o_sh % 2 == 0;
 }
 
 cudaError_t launch_mla_wgmma(const AttentionParams& p, int splits, int64_t keys_per_split,

@@ -57,6 +57,14 @@ constexpr float kLog2e = 1.4426950408889634f;
 // The running maximum before any key: finite, so a row with no key yet rescales by exp2(0) and
 // its first key's rescale exp2(kNoMax - m) is 0, without an infinity minus an infinity.
 constexpr float kNoMax = -1e30f;
+// The running maximum moves only where a tile's maximum passes it by more than kSlack (log2
+// domain), as in FlashAttention-4: the probabilities, taken against a maximum that may be stale,
+// stay below 2^kSlack, and O and the sum are rescaled (128 multiplies a thread) only on such a
+// jump, not at most tiles. O and the sum share the reference, so their quotient is the same.
+constexpr float kSlack = 8.0f;
+__device__ __forceinline__ float lazy_max(float m, float tile_max) {
+  return tile_max > m + kSlack ? tile_max : m;
+}
 
 // Shared memory (1,024-byte aligned: the swizzle atoms): Q, the two buffers, consumer 1's P.
 // Consumer 0's P goes to buffer 0's rope block.
@@ -157,7 +165,7 @@ __device__ __forceinline__ void pv_ss(float (&o)[128], uint64_t p_desc, uint64_t
 // hold row r0 (c < 2) or r1 = r0 + 8, column 8j + 2·q4 + c % 2.
 struct Consumer {
   int q4, r0, r1, lane;
-  float m[2] = {kNoMax, kNoMax};  // the running maximum (log2 domain) of rows r0, r1
+  float m[2] = {kNoMax, kNoMax};  // the running maximum (log2 domain, lazy_max) of rows r0, r1
   float l[2] = {0.0f, 0.0f};      // the running sum of this consumer's probabilities
   float o[128];
 
@@ -309,7 +317,7 @@ __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync&
 
     float tmax[2];
     c.mask(st, s, sy.valid[0], scale_log2, tmax);
-    const float m_new[2] = {fmaxf(c.m[0], tmax[0]), fmaxf(c.m[1], tmax[1])};
+    const float m_new[2] = {lazy_max(c.m[0], tmax[0]), lazy_max(c.m[1], tmax[1])};
     c.softmax(s, m_new, scale_log2, pa);
     c.put_max(sy.max);
     named_barrier_arrive(kBarMax0, 2 * kWarpgroup);
@@ -335,14 +343,17 @@ __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync&
       alpha[h] = exp2_ftz(c.m[h] - m_pair);
       c.m[h] = m_pair;
     }
+    // Where no row of the warp moved (lazy_max keeps most), pa holds these bits already.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const __nv_bfloat162 pp =
-            __floats2bfloat162_rn(s[4 * j + 2 * h] * alpha[h], s[4 * j + 2 * h + 1] * alpha[h]);
-        memcpy(&pa[2 * j + h], &pp, 4);
-      }
+        for (int h = 0; h < 2; ++h) {
+          const __nv_bfloat162 pp =
+              __floats2bfloat162_rn(s[4 * j + 2 * h] * alpha[h], s[4 * j + 2 * h + 1] * alpha[h]);
+          memcpy(&pa[2 * j + h], &pp, 4);
+        }
+    }
     c.store_p(r.own_p, pa);
     fence_proxy_async_smem();
     named_barrier_arrive(kBarP0, 2 * kWarpgroup);
@@ -379,7 +390,7 @@ __device__ __forceinline__ void consume1(Consumer& c, unsigned char* smem, Sync&
     float tmax[2];
     c.mask(st, s, sy.valid[1], scale_log2, tmax);
     named_barrier_sync(kBarMax0, 2 * kWarpgroup);
-    const float m_new[2] = {fmaxf(sy.max[c.r0], tmax[0]), fmaxf(sy.max[c.r1], tmax[1])};
+    const float m_new[2] = {lazy_max(sy.max[c.r0], tmax[0]), lazy_max(sy.max[c.r1], tmax[1])};
     __syncwarp();  // every lane has read its rows' maxima before a lane overwrites them
     c.softmax(s, m_new, scale_log2, pa);
     c.put_max(sy.max);

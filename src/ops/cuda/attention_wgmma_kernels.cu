@@ -203,7 +203,7 @@ struct Consumer {
   }
 
   // mask<kFull> or mask<kPartial>, by the tile's state: the full tile's loop has no loads or
-  // selects (a third fewer instructions before the exponentials).
+  // selects.
   __device__ __forceinline__ void mask(TileState st, float (&s)[32], const uint8_t* valid,
                                        float scale_log2, float (&tmax)[2]) const {
     if (st == kFull)
@@ -225,7 +225,7 @@ struct Consumer {
     }
   }
 
-  // Moves the running maximum to m_new (the rows' new maxima): O and the sum rescaled, then S
+  // Moves the running maximum to m_new (lazy_max's): O and the sum rescaled, then S
   // (unscaled) turned into probabilities in place (fp32), exp2(S · scale_log2 − m_new) with one
   // rounding before the exponential, and into pa (bf16, pv_rs's layout); the sum gains
   // the rounded probabilities, the ones the MMAs take. A probability below 2^-126 of its row's

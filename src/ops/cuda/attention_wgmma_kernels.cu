@@ -72,6 +72,10 @@ constexpr int kQOff = 0;
 constexpr int kBufOff = kQOff + kTileBytes;
 constexpr int kP1Off = kBufOff + 2 * kTileBytes;
 constexpr int kSmemBytes = kP1Off + kBlockBytes + 1024 /* alignment */;
+// The output's staging rows (in Q's space at the end): a head's 512 bf16 and 16 bytes, so that
+// the fragments' stores (a quad's 16 bytes in each of 8 rows) meet every bank once.
+constexpr int kStageRow = 2 * kMlaWgmmaDv + 16;
+static_assert(kMlaWgmmaHeads * kStageRow <= kTileBytes, "the staging rows fit Q's space");
 
 // Named barriers (0 is __syncthreads').
 constexpr int kBarMax0 = 1;   // consumer 0's maximum written (0 arrives, 1 waits)
@@ -633,30 +637,46 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   named_barrier_sync(kBarSums, 2 * kWarpgroup);
 
+  if (splits == 1) {
+    // The bf16 rows staged in Q's space (every S MMA has been waited for), then copied out by
+    // bulk copies, a row each: the CTA leaves once they have read shared memory, not after its
+    // threads' stores have drained, and the global writes leave the SM as 64 copies instead of
+    // 16,384 4-byte stores.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = h ? c.r1 : c.r0;
+      const float l = sum_s[row] + sum_s[64 + row];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      unsigned char* dst = smem + kQOff + row * kStageRow + 2 * (wg * 256 + 2 * c.q4);
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<__nv_bfloat162*>(dst + 16 * j) =
+            __floats2bfloat162_rn(c.o[4 * j + 2 * h] * inv, c.o[4 * j + 2 * h + 1] * inv);
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(kBarSums, 2 * kWarpgroup);
+    if (tid < kMlaWgmmaHeads && h0 + tid < p.H) {
+      bulk_store(static_cast<bf16*>(p.out) + t * p.o_st + (h0 + tid) * p.o_sh,
+                 smem_addr(smem + kQOff + tid * kStageRow), 2 * kMlaWgmmaDv);
+      bulk_commit();
+      bulk_wait_read();
+    }
+    return;
+  }
   const int64_t part = static_cast<int64_t>(split) * p.T + t;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = h ? c.r1 : c.r0, head = h0 + row;
     if (head >= p.H) continue;
-    const float l = sum_s[row] + sum_s[64 + row];
-    if (splits == 1) {
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      bf16* dst = static_cast<bf16*>(p.out) + t * p.o_st + head * p.o_sh + wg * 256 + 2 * c.q4;
+    float* dst = part_o + (part * p.H + head) * p.Dv + wg * 256 + 2 * c.q4;
 #pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
-            __floats2bfloat162_rn(c.o[4 * j + 2 * h] * inv, c.o[4 * j + 2 * h + 1] * inv);
-    } else {
-      float* dst = part_o + (part * p.H + head) * p.Dv + wg * 256 + 2 * c.q4;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(dst + 8 * j) =
-            make_float2(c.o[4 * j + 2 * h], c.o[4 * j + 2 * h + 1]);
-      if (wg == 0 && c.q4 == 0) {
-        float* ml = part_ml + (part * p.H + head) * 2;
-        ml[0] = c.m[h];  // the combine reads it only where l > 0
-        ml[1] = l;
-      }
+    for (int j = 0; j < 32; ++j)
+      *reinterpret_cast<float2*>(dst + 8 * j) =
+          make_float2(c.o[4 * j + 2 * h], c.o[4 * j + 2 * h + 1]);
+    if (wg == 0 && c.q4 == 0) {
+      float* ml = part_ml + (part * p.H + head) * 2;
+      ml[0] = c.m[h];  // the combine reads it only where l > 0
+      ml[1] = sum_s[row] + sum_s[64 + row];
     }
   }
 }
@@ -675,8 +695,8 @@ bool mla_wgmma_applies(const AttentionParams& p, int head_group, int device) {
   return head_group == kMlaWgmmaHeads && p.Hk == 1 && p.Dk == kMlaWgmmaDk && p.Dv == kMlaWgmmaDv &&
          p.v == p.k && p.v_sr == p.k_sr && p.num_rows <= INT32_MAX &&
          p.k_sr * static_cast<int64_t>(sizeof(bf16)) <= UINT32_MAX && aligned(p.q, 16) &&
-         aligned(p.k, 16) && aligned(p.out, 4) && p.q_st % 8 == 0 && p.q_sh % 8 == 0 &&
-         p.k_sr % 8 == 0 && p.o_st % 2 == 0 && p.o_sh % 2 == 0;
+         aligned(p.k, 16) && aligned(p.out, 16) && p.q_st % 8 == 0 && p.q_sh % 8 == 0 &&
+         p.k_sr % 8 == 0 && p.o_st % 8 == 0 && p.o_sh % 8 == 0;
 }
 
 cudaError_t launch_mla_wgmma(const AttentionParams& p, int splits, int64_t keys_per_split,

@@ -61,6 +61,22 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// A bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared to global
+// memory in the thread's bulk group: it runs asynchronously, and the shared source may be reused
+// (or the CTA exit) once bulk_wait_read returns. The shared writes it copies must precede it
+// behind fence_proxy_async_smem (wgmma_ptx.cuh) and a barrier.
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 // Warpgroup register reallocation: every warp of the warpgroup executes it; the count is a
 // multiple of 8 in [24, 256].
 template <int kRegs>

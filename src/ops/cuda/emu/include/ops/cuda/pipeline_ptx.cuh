@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "ops/cuda/emu/cta_runtime.h"
@@ -98,6 +99,13 @@ inline void named_barrier_sync(int id, int threads) {
 inline void named_barrier_arrive(int id, int threads) {
   emu::named_barrier_arrive(id, threads);
 }
+
+// The copy at once (the emulator's shared memory stays valid until the CTA ends).
+inline void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  std::memcpy(dst, emu::smem_pointer(src), bytes);
+}
+inline void bulk_commit() {}
+inline void bulk_wait_read() {}
 
 template <int kRegs>
 inline void warpgroup_reg_dealloc() {

@@ -76,6 +76,12 @@ void make_inputs(const Case& c, Inputs& in) {
   in.block_table.resize(blocks);
   std::iota(in.block_table.begin(), in.block_table.end(), 0);
   std::shuffle(in.block_table.begin(), in.block_table.end(), g);
+  // The spare block, never visible, is the cache's first and holds NaNs: the kernels copy a
+  // masked key from row 0 as zeros (a NaN there would reach O through P = 0 · V).
+  std::swap(*std::find(in.block_table.begin(), in.block_table.end(), 0), in.block_table.back());
+  std::fill_n(in.k.begin(), size_t{1} * c.block_size * c.key_heads * c.dk, __float2bfloat16(NAN));
+  if (!c.v_in_k)
+    std::fill_n(in.v.begin(), size_t{1} * c.block_size * c.key_heads * c.dv, __float2bfloat16(NAN));
   in.token_seq.assign(T, 0);
   in.q_pos = c.q_pos;
   in.lists = c.lists;

@@ -1,6 +1,7 @@
 // Inline PTX for warp-specialised pipelines on Hopper (sm_90a): shared-memory mbarriers (with
 // transaction bytes for bulk copies), the arrival of a thread's cp.async copies on one, named
-// barriers and warpgroup register reallocation (within the CTA's budget, register_budget.h).
+// barriers, bulk copies from shared to global memory, and warpgroup register reallocation
+// (within the CTA's budget, register_budget.h).
 // Phases: a barrier starts in phase 0; mbar_wait(bar, p) returns once the phase of parity p has
 // completed, so on a fresh barrier a wait for parity 1 returns at once (a producer's first pass
 // over an empty ring).

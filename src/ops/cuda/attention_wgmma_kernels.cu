@@ -85,21 +85,22 @@ constexpr int kBarP1 = 4;     // P1 written (1 arrives, 0 waits)
 constexpr int kBarSums = 5;   // both consumers, at the end
 constexpr int kBarPairs = 6;  // the producer's warps: a pair's rows resolved
 
+// A buffer's tile: the list's end, or a tile of which every key, or only some, are valid. A
+// full tile's scores need no mask (DSA's lists are full but for their last tile and the padding
+// of early queries).
+enum TileState { kEnd = 0, kPartial = 1, kFull = 2 };
+
 // Barriers and the small arrays, beside the tiles.
 struct Sync {
   uint64_t q_full;
   uint64_t full[2][2];   // [buffer][half]: the half has landed
   uint64_t empty[2][2];  // [buffer][half]: its readers are done with it
   float max[64];         // the running maximum of each head, handed 0 → 1 → 0
-  int state[2];          // per buffer, with its first half: a TileState
+  TileState state[2];    // per buffer, with its first half
   uint8_t valid[2][kKeys];
   uint8_t keys[2][4];  // the producer's warps: a KeyFlags of their rows of a pair
 };
 enum Half { kL = 0, kR = 1 };
-// A buffer's tile: the list's end, or a tile of which every key, or only some, are valid. A
-// full tile's scores need no mask (DSA's lists are full but for their last tile and the padding
-// of early queries).
-enum TileState { kEnd = 0, kPartial = 1, kFull = 2 };
 // A producer warp's rows of a pair: whether any names a key; whether all of tile 2i's, or of
 // tile 2i + 1's, do.
 enum KeyFlags : uint8_t { kAnyKey = 1, kAllKeys0 = 2, kAllKeys1 = 4 };
@@ -127,10 +128,10 @@ __device__ __forceinline__ void s_mmas(float (&s)[32], uint64_t q_desc, uint64_t
 template <Half kFirst>
 __device__ __forceinline__ TileState s_tile(float (&s)[32], uint64_t q_desc, uint64_t k_desc,
                                             uint32_t full_first, uint32_t full_second,
-                                            const int& state, uint32_t phase) {
+                                            const TileState& state, uint32_t phase) {
   constexpr int kSplit = 4 * kLBlocks, kSteps = kMlaWgmmaDk / 16;  // K steps: the L half's, all
   mbar_wait(full_first, phase);
-  const auto st = static_cast<TileState>(state);
+  const TileState st = state;
   if (st == kEnd) return kEnd;
   wgmma_fence();
   if constexpr (kFirst == kL)
@@ -216,10 +217,15 @@ struct Consumer {
       mask<kPartial>(s, valid, scale_log2, tmax);
   }
 
+  // Whether any row of the warp moved its maximum: a row whose maximum stayed has alpha exactly
+  // 1, and scaling by it changes no bit.
+  static __device__ __forceinline__ bool any_moved(const float (&alpha)[2]) {
+    return __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f);
+  }
+
+  // Once the maxima settle, most warps skip the rescale.
   __device__ __forceinline__ void scale_o(const float (&alpha)[2]) {
-    // A row whose maximum stayed has alpha exactly 1: once the maxima settle, most warps skip
-    // the rescale (bit for bit the same O).
-    if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
+    if (!any_moved(alpha)) return;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       o[4 * j] *= alpha[0];
@@ -348,7 +354,7 @@ __device__ __forceinline__ void consume0(Consumer& c, unsigned char* smem, Sync&
       c.m[h] = m_pair;
     }
     // Where no row of the warp moved (lazy_max keeps most), pa holds these bits already.
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+    if (Consumer::any_moved(alpha)) {
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll

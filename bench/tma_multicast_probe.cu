@@ -3,7 +3,7 @@
 // is 64 activation rows and 256 weight rows of 128 bytes, 40 KB, into a 5-slot ring; tiles expert
 // by expert, weight tile by weight tile, an expert's row tiles adjacent) but computes nothing: one
 // warp waits for each slot and frees it. Every expert has kRowTiles row tiles. Modes:
-//   0  each CTA copies its own 40 KB a K block, taking tiles at a stride (the kernel today);
+//   0  each CTA copies its own 40 KB a K block, taking tiles at a stride (gate·up's schedule);
 //   1  2-CTA clusters taking an expert's row tiles in pairs: each CTA copies its 8 KB of
 //      activations and half of the weight tile, multicast to both (24 KB copied a CTA);
 //   2  as 1, each slot freed by a cluster-scope release on the peer's barrier (mode 1: CTA scope);

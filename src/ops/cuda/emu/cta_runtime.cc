@@ -79,10 +79,17 @@ struct Barrier {
   int acc[2] = {0, 0};
 };
 
-struct WarpSlots {
+// The lanes of a warp meeting at collectives of one mask. A collective waits only for the lanes
+// of its own mask calling one with the same mask (bar.warp.sync's rule), so a warp keeps a group
+// per mask in use; a deque, as blocked lanes hold references to their group.
+struct WarpGroup {
+  uint32_t mask = 0;
   uint64_t gen = 0;
   int arrived = 0;
   uint64_t slots[2][32] = {};
+};
+struct WarpSlots {
+  std::deque<WarpGroup> groups;
 };
 
 struct Cta {
@@ -302,7 +309,10 @@ void named_barrier_arrive(int id, int threads) {
 const uint64_t* warp_exchange(uint32_t mask, uint64_t value) {
   const int tid = current().coords.linear, lane = tid & 31;
   if ((mask >> lane & 1) == 0) throw KernelFault("warp collective from a lane outside its mask");
-  WarpSlots& w = g_cta->warps[tid >> 5];
+  std::deque<WarpGroup>& groups = g_cta->warps[tid >> 5].groups;
+  auto it = std::find_if(groups.begin(), groups.end(),
+                         [mask](const WarpGroup& g) { return g.mask == mask; });
+  WarpGroup& w = it != groups.end() ? *it : groups.emplace_back(WarpGroup{.mask = mask});
   const uint64_t gen = w.gen;
   w.slots[gen & 1][lane] = value;
   if (++w.arrived == std::popcount(mask)) {

@@ -58,7 +58,8 @@ void named_barrier(int id, int threads);
 // An arrival on named barrier `id` that does not wait for the others (bar.arrive).
 void named_barrier_arrive(int id, int threads);
 // Warp collective over the lanes of `mask`: every lane deposits `value`, and once all have,
-// each gets the 32 slots (lanes outside the mask hold garbage).
+// each gets the 32 slots (lanes outside the mask hold garbage). Lanes at a collective of another
+// mask neither count nor wait here.
 const uint64_t* warp_exchange(uint32_t mask, uint64_t value);
 
 // Per-thread asynchronous work, run in order: a cp.async (`size` bytes to dst, the first `bytes`

@@ -1,0 +1,31 @@
+#include <cstdint>
+
+#include "ops/cuda/emu/warp_probe.h"
+#include "ops/cuda/launch.cuh"
+
+namespace mls::ops::cuda::kernels {
+namespace {
+
+__global__ void warp_mask_probe_kernel(int32_t* out) {
+  const int lane = threadIdx.x & 31;
+  int seen = 0;
+  if (lane == 0) {
+    out[0] = 1;
+    __syncwarp(1u);  // waits for lane 0 alone
+    seen = out[0];
+  }
+  __syncwarp();
+  const unsigned half = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+  int sum = lane;
+#pragma unroll
+  for (int d = 8; d > 0; d >>= 1) sum += __shfl_xor_sync(half, sum, d);
+  out[lane] = (lane == 0 ? seen : 1) + sum;
+}
+
+}  // namespace
+
+void launch_warp_mask_probe(int32_t* out) {
+  launch(warp_mask_probe_kernel, 1, 32, 0, nullptr, out);
+}
+
+}  // namespace mls::ops::cuda::kernels

@@ -19,10 +19,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cuda_bench_util.h"
 #include "ops/cuda/pipeline_ptx.cuh"
 #include "ops/cuda/tma_ptx.cuh"
 #include "ops/cuda/wgmma_ptx.cuh"
 
+using mls::bench::check;
 using namespace mls::ops::cuda::kernels;
 
 namespace {
@@ -82,16 +84,28 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TmaMap
 
 constexpr int kStages = 5, kABytes = 64 * 128, kBBytes = 256 * 128;
 constexpr int kSmem = kStages * (kABytes + kBBytes) + 1024;
-constexpr int kKBlocks = 16;                                     // down's K = 2,048
+constexpr int kKBlocks = 16, kK = kKBlocks * 128;                // down's K = 2,048
 constexpr int kExperts = 256, kRowTiles = 4, kWeightTiles = 24;  // N = 6,144
 constexpr int64_t kActRows = int64_t{kExperts} * kRowTiles * 64;
 constexpr int64_t kWeightRows = int64_t{kExperts} * kWeightTiles * 256;
+
+// What each mode does (the list above): whether it runs in clusters, the bytes landing in a
+// CTA's shared memory a K block, and those it copies itself.
+__host__ __device__ constexpr bool clustered(int mode) {
+  return mode == 1 || mode == 2 || mode == 5;
+}
+__host__ __device__ constexpr int delivered_bytes(int mode) {
+  return mode == 3 ? kABytes : kABytes + kBBytes;
+}
+__host__ __device__ constexpr int copied_bytes(int mode) {
+  return clustered(mode) ? kABytes + kBBytes / 2 : delivered_bytes(mode);
+}
 
 template <int kMode>
 __global__ void __launch_bounds__(64, 1)
     probe_kernel(const __grid_constant__ TmaMap a_map, const __grid_constant__ TmaMap w_map,
                  const __grid_constant__ TmaMap w_half, int steps, int* counter) {
-  constexpr bool kCluster = kMode == 1 || kMode == 2 || kMode == 5;
+  constexpr bool kCluster = clustered(kMode);
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t full[kStages], empty[kStages], tile_full[2], tile_empty[2];
   __shared__ int tile_number[2];
@@ -145,7 +159,7 @@ __global__ void __launch_bounds__(64, 1)
       const int n = (t / per) % kWeightTiles, e = (t / per / kWeightTiles) % kExperts;
       const int a_row = (e * kRowTiles + m) * 64, w_row = (e * kWeightTiles + n) * 256;
       const uint32_t bar = full0 + 8 * s;
-      mbar_arrive_expect_tx(bar, kMode == 3 ? kABytes : kABytes + kBBytes);
+      mbar_arrive_expect_tx(bar, delivered_bytes(kMode));
       tma_load_2d(a0 + s * kABytes, &a_map, bar, kb * 128, a_row);
       if constexpr (kCluster)
         tma_load_2d_multicast(b0 + s * kBBytes + rank * (kBBytes / 2), &w_half, bar, kb * 128,
@@ -171,20 +185,13 @@ __global__ void __launch_bounds__(64, 1)
   }
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
 template <int kMode>
-float run(const TmaMap& a, const TmaMap& w, const TmaMap& wh, int sms, int steps, int* counter) {
+void run(const TmaMap& a, const TmaMap& w, const TmaMap& wh, int sms, int steps, int* counter) {
   auto* kernel = probe_kernel<kMode>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim = {kMode == 1 || kMode == 2 || kMode == 5 ? 2u : 1u, 1, 1};
+  attr.val.clusterDim = {clustered(kMode) ? 2u : 1u, 1, 1};
   cudaLaunchConfig_t config{};
   config.gridDim = {static_cast<unsigned>(sms / 2 * 2), 1, 1};
   config.blockDim = {64, 1, 1};
@@ -209,16 +216,13 @@ float run(const TmaMap& a, const TmaMap& w, const TmaMap& wh, int sms, int steps
     check(cudaEventElapsedTime(&ms, t0, t1), "elapsed");
     if (rep > 0 && ms < best) best = ms;  // the first warms L2 and the clocks
   }
-  const double bytes =
-      static_cast<double>(kMode == 3 ? kABytes : kABytes + kBBytes) * config.gridDim.x * steps;
-  const double l2 = static_cast<double>(kMode == 3                 ? kABytes
-                                        : kMode == 0 || kMode == 4 ? kABytes + kBBytes
-                                                                   : kABytes + kBBytes / 2) *
-                    config.gridDim.x * steps;
+  check(cudaEventDestroy(t0), "event");
+  check(cudaEventDestroy(t1), "event");
+  const double steps_all = static_cast<double>(config.gridDim.x) * steps;
+  const double bytes = delivered_bytes(kMode) * steps_all, l2 = copied_bytes(kMode) * steps_all;
   std::printf("mode %d: %u CTAs, %.3f ms, %.2f us a step, delivered %.2f TB/s, copied %.2f TB/s\n",
               kMode, config.gridDim.x, best, 1e3 * best / steps, bytes / best / 1e9,
               l2 / best / 1e9);
-  return best;
 }
 
 }  // namespace
@@ -229,14 +233,14 @@ int main(int argc, char** argv) {
   check(cudaGetDevice(&dev), "device");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sms");
   void *act = nullptr, *wts = nullptr;
-  check(cudaMalloc(&act, kActRows * 2048), "act");
-  check(cudaMalloc(&wts, kWeightRows * 2048), "weights");
-  check(cudaMemset(act, 1, kActRows * 2048), "memset");
-  check(cudaMemset(wts, 1, kWeightRows * 2048), "memset");
+  check(cudaMalloc(&act, kActRows * kK), "act");
+  check(cudaMalloc(&wts, kWeightRows * kK), "weights");
+  check(cudaMemset(act, 1, kActRows * kK), "memset");
+  check(cudaMemset(wts, 1, kWeightRows * kK), "memset");
   TmaMap a, w, wh;
-  check(encode_tma_2d_u8(&a, act, 2048, kActRows, 2048, 128, 64), "map a");
-  check(encode_tma_2d_u8(&w, wts, 2048, kWeightRows, 2048, 128, 256), "map w");
-  check(encode_tma_2d_u8(&wh, wts, 2048, kWeightRows, 2048, 128, 128), "map w half");
+  check(encode_tma_2d_u8(&a, act, kK, kActRows, kK, 128, 64), "map a");
+  check(encode_tma_2d_u8(&w, wts, kK, kWeightRows, kK, 128, 256), "map w");
+  check(encode_tma_2d_u8(&wh, wts, kK, kWeightRows, kK, 128, 128), "map w half");
   int* counter = nullptr;
   check(cudaMalloc(&counter, sizeof(int)), "counter");
   for (int rep = 0; rep < 2; ++rep) {

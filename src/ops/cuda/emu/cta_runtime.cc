@@ -81,15 +81,12 @@ struct Barrier {
 
 // The lanes of a warp meeting at collectives of one mask. A collective waits only for the lanes
 // of its own mask calling one with the same mask (bar.warp.sync's rule), so a warp keeps a group
-// per mask in use; a deque, as blocked lanes hold references to their group.
+// per mask in use (Cta::warps); a deque, as blocked lanes hold references to their group.
 struct WarpGroup {
   uint32_t mask = 0;
   uint64_t gen = 0;
   int arrived = 0;
   uint64_t slots[2][32] = {};
-};
-struct WarpSlots {
-  std::deque<WarpGroup> groups;
 };
 
 struct Cta {
@@ -97,7 +94,7 @@ struct Cta {
   int exited = 0;
   Barrier barrier;
   Barrier named[kNamedBarriers];
-  std::vector<WarpSlots> warps;
+  std::vector<std::deque<WarpGroup>> warps;
   std::vector<int> warp_regs;
   int64_t regs_free = 0;
   const std::function<void()>* kernel = nullptr;
@@ -309,7 +306,7 @@ void named_barrier_arrive(int id, int threads) {
 const uint64_t* warp_exchange(uint32_t mask, uint64_t value) {
   const int tid = current().coords.linear, lane = tid & 31;
   if ((mask >> lane & 1) == 0) throw KernelFault("warp collective from a lane outside its mask");
-  std::deque<WarpGroup>& groups = g_cta->warps[tid >> 5].groups;
+  std::deque<WarpGroup>& groups = g_cta->warps[tid >> 5];
   auto it = std::find_if(groups.begin(), groups.end(),
                          [mask](const WarpGroup& g) { return g.mask == mask; });
   WarpGroup& w = it != groups.end() ? *it : groups.emplace_back(WarpGroup{.mask = mask});

@@ -8,18 +8,13 @@ namespace {
 
 __global__ void warp_mask_probe_kernel(int32_t* out) {
   const int lane = threadIdx.x & 31;
-  int seen = 0;
-  if (lane == 0) {
-    out[0] = 1;
-    __syncwarp(1u);  // waits for lane 0 alone
-    seen = out[0];
-  }
+  if (lane == 0) __syncwarp(1u);  // waits for lane 0 alone
   __syncwarp();
   const unsigned half = lane < 16 ? 0x0000ffffu : 0xffff0000u;
   int sum = lane;
 #pragma unroll
   for (int d = 8; d > 0; d >>= 1) sum += __shfl_xor_sync(half, sum, d);
-  out[lane] = (lane == 0 ? seen : 1) + sum;
+  out[lane] = sum;
 }
 
 }  // namespace

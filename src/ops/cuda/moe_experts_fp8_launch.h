@@ -3,7 +3,7 @@
 // output quantised, down. Written once for the op (moe_experts_cuda.cc) and the kernels'
 // emulated test. The scattered copy lets the tensor cores take an expert's rows as one TMA tile:
 // gathering each row from its token in place made gate·up 1.9 times as long, and at decode it
-// gained under 1 % (bench/RESULTS.md, session 35).
+// moved step times by under 1 % either way (bench/RESULTS.md, session 35).
 #pragma once
 
 #include <cuda_runtime.h>

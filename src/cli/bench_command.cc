@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "engine/memory_planner.h"
 #include "engine/model_runner.h"
 #include "model/kv_cache.h"
+#include "ops/op_probe.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_context.h"
 #endif
@@ -158,13 +160,21 @@ LayerTypeTimes profile_step(ModelRunner& runner, const ForwardBatch& batch, cons
 // observation points, when the host had enqueued the work up to it and when the GPU reached it
 // (a CUDA event on the rank's stream), both from the step's start. Where the GPU reaches a point
 // well after the host did, the host was ahead and cost the step nothing; where the two meet, the
-// GPU waited for launches or host work.
+// GPU waited for launches or host work. And, from an event after every op (ops/op_probe.h), the
+// stream's time from the previous op's end to each op's end, summed per op: what each op costs in
+// the stream, beside what a profiler measures of its kernels one at a time.
 struct Timeline {
   struct Point {
     std::string name;
     double host_ms = 0, gpu_ms = 0;
   };
   std::vector<Point> points;
+  struct OpTime {
+    std::string op;
+    int64_t count = 0;
+    double gpu_ms = 0;
+  };
+  std::vector<OpTime> ops;  // by time, longest first
   // The point where the host was least ahead of the GPU (gpu_ms - host_ms smallest), past the
   // first, where the two start together.
   const Point* closest() const {
@@ -196,18 +206,37 @@ class Event {
 
 Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
   const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
-  std::deque<Event> events;  // one per point, after `start`
+  std::deque<Event> events;     // one per point, after `start`
+  std::deque<Event> op_events;  // one per op, after `start`
+  std::vector<const char*> op_names;
+  const ops::OpProbe probe = [&](const char* op) {
+    op_events.emplace_back().record();
+    op_names.push_back(op);
+  };
   Event start;
   Timeline t;
   cuda::synchronize();
   const Clock::time_point h0 = Clock::now();
   start.record();
-  runner.forward_sample(batch, greedy, [&](std::string_view name, const Tensor&) {
-    events.emplace_back().record();
-    t.points.push_back({std::string(name), seconds(Clock::now() - h0) * 1e3, 0});
-  });
+  {
+    const ops::ScopedOpProbe scoped(probe);
+    runner.forward_sample(batch, greedy, [&](std::string_view name, const Tensor&) {
+      events.emplace_back().record();
+      t.points.push_back({std::string(name), seconds(Clock::now() - h0) * 1e3, 0});
+    });
+  }
   cuda::synchronize();
   for (size_t i = 0; i < events.size(); ++i) t.points[i].gpu_ms = events[i].ms_since(start);
+  std::map<std::string, Timeline::OpTime> by_op;
+  for (size_t i = 0; i < op_events.size(); ++i) {
+    Timeline::OpTime& o = by_op[op_names[i]];
+    o.op = op_names[i];
+    ++o.count;
+    o.gpu_ms += op_events[i].ms_since(i > 0 ? op_events[i - 1] : start);
+  }
+  for (auto& [name, o] : by_op) t.ops.push_back(std::move(o));
+  std::sort(t.ops.begin(), t.ops.end(),
+            [](const auto& a, const auto& b) { return a.gpu_ms > b.gpu_ms; });
   return t;
 }
 #endif
@@ -217,9 +246,13 @@ json timeline_json(const std::optional<Timeline>& t) {
   json points = json::array();
   for (const Timeline::Point& p : t->points)
     points.push_back({{"name", p.name}, {"host_ms", p.host_ms}, {"gpu_ms", p.gpu_ms}});
+  json ops = json::array();
+  for (const Timeline::OpTime& o : t->ops)
+    ops.push_back({{"op", o.op}, {"count", o.count}, {"gpu_ms", o.gpu_ms}});
   const Timeline::Point& c = *t->closest();
   return {{"points", points},
-          {"least_host_lead", {{"point", c.name}, {"ms", c.gpu_ms - c.host_ms}}}};
+          {"least_host_lead", {{"point", c.name}, {"ms", c.gpu_ms - c.host_ms}}},
+          {"ops", ops}};
 }
 
 // Sequence s owns blocks [s · per_seq, (s + 1) · per_seq) of the cache.
@@ -615,6 +648,10 @@ void print_table(const json& r) {
           name, last["host_ms"].get<double>(), last["gpu_ms"].get<double>(),
           t["least_host_lead"]["point"].get<std::string>(),
           t["least_host_lead"]["ms"].get<double>());
+      out += "  in the stream, from the previous op's end, by op:\n";
+      for (const json& o : t["ops"])
+        out += fmt::format("  {:<28} × {:>4} {:>10.3f} ms\n", o["op"].get<std::string>(),
+                           o["count"].get<int64_t>(), o["gpu_ms"].get<double>());
     }
   std::fputs(out.c_str(), stdout);
 }
@@ -732,7 +769,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "One JSON object per batch size, one per line");
   cmd->add_flag("--timeline", f->timeline,
                 "Also run one step of each phase unsynchronised and report, per observation "
-                "point, when the host had enqueued it and when the GPU reached it");
+                "point, when the host had enqueued it and when the GPU reached it, and each "
+                "op's time in the stream");
   cmd->callback([f] { run(*f); });
 }
 

@@ -41,11 +41,14 @@ inline void copy(const Tensor& src, Tensor& dst) {
   copy_contract(src, dst);
   if (::mls::ops::is_meta(dst)) return;
 #ifdef MLASERVE_CUDA
-  if (dst.device().is_cpu() && src.device().is_cpu()) return cpu::copy(src, dst);
-  return cuda::copy(src, dst);
+  if (dst.device().is_cpu() && src.device().is_cpu())
+    cpu::copy(src, dst);
+  else
+    cuda::copy(src, dst);
 #else
-  return cpu::copy(src, dst);
+  cpu::copy(src, dst);
 #endif
+  after_op("copy");
 }
 // src and dst: 2-d of one width and dtype with unit inner stride, on one device with rows.
 inline void rows_contract(const char* op, const Tensor& src, const Tensor& rows, const Tensor& dst,

@@ -6,7 +6,8 @@
 // scratch forwards through MLS_DISPATCH_SCRATCH with its host-only scratch plan (sizes from
 // ops/scratch_sizes.h): in meta mode the dispatcher takes and returns that scratch from the
 // output's allocator, so the meta trace holds every byte the device op would allocate, at the same
-// point of the forward.
+// point of the forward. After an op has run, ops::after_op names it to a probe, if one is set
+// (ops/op_probe.h).
 #pragma once
 
 #include <array>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ops/contract.h"
+#include "ops/op_probe.h"
 #include "ops/scratch_sizes.h"
 
 namespace mls::ops {
@@ -43,14 +45,18 @@ inline void trace_scratch(const Tensor& out, const ScratchPlan& plan) {
 }  // namespace mls::ops
 
 #ifdef MLASERVE_CUDA
-#define MLS_DISPATCH_BODY(out, fn, ...)                     \
-  if ((out).device().is_cpu()) return cpu::fn(__VA_ARGS__); \
-  return cuda::fn(__VA_ARGS__)
+#define MLS_DISPATCH_BODY(out, fn, ...) \
+  if ((out).device().is_cpu())          \
+    cpu::fn(__VA_ARGS__);               \
+  else                                  \
+    cuda::fn(__VA_ARGS__);              \
+  ::mls::ops::after_op(#fn)
 #else
 #define MLS_DISPATCH_BODY(out, fn, ...)                                          \
   if (!(out).device().is_cpu())                                                  \
     ::mls::raise<::mls::Unsupported>("{}: this build has no CUDA backend", #fn); \
-  return cpu::fn(__VA_ARGS__)
+  cpu::fn(__VA_ARGS__);                                                          \
+  ::mls::ops::after_op(#fn)
 #endif
 
 #define MLS_DISPATCH(out, fn, ...)           \

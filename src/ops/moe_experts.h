@@ -94,6 +94,7 @@ inline void moe_experts_fp8(const Tensor& x, const Tensor& dest_row, const Tenso
   }
 #ifdef MLASERVE_CUDA
   cuda::moe_experts_fp8(x, dest_row, offsets, table, s, h, y);
+  after_op("moe_experts_fp8");
 #else
   raise<Unsupported>("moe_experts_fp8: this build has no CUDA backend");
 #endif

@@ -206,11 +206,22 @@ class Event {
 
 Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
   const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
-  std::deque<Event> events;     // one per point, after `start`
-  std::deque<Event> op_events;  // one per op, after `start`
+  // The step's ops counted in a first pass, so that the timed one only records events made
+  // beforehand (creating one per op would add host time to steps of short ops).
+  size_t n_ops = 0;
+  {
+    const ops::OpProbe count = [&](const char*) { ++n_ops; };
+    const ops::ScopedOpProbe scoped(count);
+    runner.forward_sample(batch, greedy);
+  }
+  std::deque<Event> events;            // one per point, after `start`
+  std::deque<Event> op_events(n_ops);  // one per op, after `start`
   std::vector<const char*> op_names;
+  op_names.reserve(n_ops);
   const ops::OpProbe probe = [&](const char* op) {
-    op_events.emplace_back().record();
+    if (op_names.size() == n_ops)
+      raise<InternalError>("--timeline: the timed step ran more ops than the {} counted", n_ops);
+    op_events[op_names.size()].record();
     op_names.push_back(op);
   };
   Event start;
@@ -228,7 +239,7 @@ Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
   cuda::synchronize();
   for (size_t i = 0; i < events.size(); ++i) t.points[i].gpu_ms = events[i].ms_since(start);
   std::map<std::string, Timeline::OpTime> by_op;
-  for (size_t i = 0; i < op_events.size(); ++i) {
+  for (size_t i = 0; i < op_names.size(); ++i) {
     Timeline::OpTime& o = by_op[op_names[i]];
     o.op = op_names[i];
     ++o.count;

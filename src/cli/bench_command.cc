@@ -207,12 +207,14 @@ class Event {
 Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
   const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
   // The step's ops counted in a first pass, so that the timed one only records events made
-  // beforehand (creating one per op would add host time to steps of short ops).
+  // beforehand (creating one per op would add host time to steps of short ops). Under an observer
+  // as the timed pass's: an observed step settles each layer's pending residual add
+  // (Model::forward), so it runs more ops.
   size_t n_ops = 0;
   {
     const ops::OpProbe count = [&](const char*) { ++n_ops; };
     const ops::ScopedOpProbe scoped(count);
-    runner.forward_sample(batch, greedy);
+    runner.forward_sample(batch, greedy, [](std::string_view, const Tensor&) {});
   }
   std::deque<Event> events;            // one per point, after `start`
   std::deque<Event> op_events(n_ops);  // one per op, after `start`

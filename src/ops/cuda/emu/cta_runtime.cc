@@ -71,6 +71,7 @@ struct Fiber {
   bool done = false;
   AsyncQueue<Copy> copies;
   AsyncQueue<std::function<void()>> mmas;
+  AsyncQueue<std::function<void()>> stores;  // bulk stores from shared memory
 };
 
 struct Barrier {
@@ -158,6 +159,8 @@ void fiber_main() {
   try {
     (*g_cta->kernel)();
     flush_copies(f);
+    if (!f.stores.open.empty() || !f.stores.closed.empty())
+      throw KernelFault("a thread exited before its bulk stores had read shared memory");
   } catch (...) {
     g_cta->error = std::current_exception();
   }
@@ -329,14 +332,38 @@ void mma_async(std::function<void()> work) {
   current().mmas.open.push_back(std::move(work));
 }
 
+void store_async(std::function<void()> read) {
+  current().stores.open.push_back(std::move(read));
+}
+
 void async_commit(AsyncKind kind) {
   Fiber& f = current();
-  kind == AsyncKind::kCopy ? f.copies.commit() : f.mmas.commit();
+  switch (kind) {
+    case AsyncKind::kCopy:
+      return f.copies.commit();
+    case AsyncKind::kMma:
+      return f.mmas.commit();
+    case AsyncKind::kStore:
+      return f.stores.commit();
+  }
 }
 
 void async_wait(AsyncKind kind, int keep) {
   Fiber& f = current();
-  kind == AsyncKind::kCopy ? f.copies.drain(keep) : f.mmas.drain(keep);
+  switch (kind) {
+    case AsyncKind::kCopy:
+      return f.copies.drain(keep);
+    case AsyncKind::kMma:
+      return f.mmas.drain(keep);
+    case AsyncKind::kStore:
+      // The other threads run first, as far as they can: a write they make to a store's source
+      // before this wait changes what it stores.
+      if (f.stores.closed.size() > static_cast<size_t>(keep)) {
+        bool yielded = false;
+        block_until([&yielded] { return std::exchange(yielded, true); });
+      }
+      return f.stores.drain(keep);
+  }
 }
 
 void async_flush_copies() {

@@ -63,12 +63,15 @@ void named_barrier_arrive(int id, int threads);
 const uint64_t* warp_exchange(uint32_t mask, uint64_t value);
 
 // Per-thread asynchronous work, run in order: a cp.async (`size` bytes to dst, the first `bytes`
-// from src and the rest zeros) or a warpgroup MMA joins the thread's open group of its kind;
-// async_commit closes it; async_wait(kind, keep) runs every closed group of that kind but the
-// `keep` newest.
-enum class AsyncKind { kCopy, kMma };
+// from src and the rest zeros), a warpgroup MMA or a bulk store's read of shared memory (and its
+// write) joins the thread's open group of its kind; async_commit closes it; async_wait(kind, keep)
+// runs every closed group of that kind but the `keep` newest. A bulk store so reads shared memory
+// at the latest point the PTX allows, when its thread waits for the read; a thread that exits
+// before is a fault.
+enum class AsyncKind { kCopy, kMma, kStore };
 void copy_async(void* dst, const void* src, int size, int bytes);
 void mma_async(std::function<void()> work);
+void store_async(std::function<void()> read);
 void async_commit(AsyncKind kind);
 void async_wait(AsyncKind kind, int keep);
 // Runs every copy of the thread, committed or not (an mbarrier arrival that tracks them).

@@ -2,6 +2,7 @@
 // one-box probe (tma_probe.cu): a box lands as the PTX places it (128-byte swizzle, zeros past
 // the tensor's edges on either side), only once its bytes have completed the barrier's phase;
 // a CTA that exits with a copy in flight is a fault; the encoder refuses what the driver's does.
+// And a bulk store from shared memory (a second probe) reads its source at its wait.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -52,6 +53,16 @@ TEST(EmulatedTma, ExitWithACopyInFlightIsAFault) {
   std::vector<uint8_t> out(128 * 8);
   EXPECT_THROW(launch_tma_probe(src.data(), kCols, kRows, kLd, 128, 8, 0, 0, false, out.data()),
                emu::KernelFault);
+}
+
+// A bulk store reads its source when its thread waits for the read, once the other threads have
+// run as far as they can: a write into it before that wait shows.
+TEST(EmulatedTma, BulkStoresReadSharedMemoryAtTheirWait) {
+  std::vector<uint8_t> out(16, 0);
+  ASSERT_EQ(launch_bulk_store_probe(false, out.data()), cudaSuccess);
+  EXPECT_EQ(out, std::vector<uint8_t>(16, 1));
+  ASSERT_EQ(launch_bulk_store_probe(true, out.data()), cudaSuccess);
+  EXPECT_EQ(out, std::vector<uint8_t>(16, 2));
 }
 
 TEST(EmulatedTma, EncodingRefusesWhatTheDriverRefuses) {

@@ -100,12 +100,17 @@ inline void named_barrier_arrive(int id, int threads) {
   emu::named_barrier_arrive(id, threads);
 }
 
-// The copy at once (the emulator's shared memory stays valid until the CTA ends).
+// The copy when its thread waits for the read (the latest point it may read shared memory), so
+// that a write to its source before that wait changes what it stores.
 inline void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
-  std::memcpy(dst, emu::smem_pointer(src), bytes);
+  emu::store_async([dst, src, bytes] { std::memcpy(dst, emu::smem_pointer(src), bytes); });
 }
-inline void bulk_commit() {}
-inline void bulk_wait_read() {}
+inline void bulk_commit() {
+  emu::async_commit(emu::AsyncKind::kStore);
+}
+inline void bulk_wait_read() {
+  emu::async_wait(emu::AsyncKind::kStore, 0);
+}
 
 template <int kRegs>
 inline void warpgroup_reg_dealloc() {

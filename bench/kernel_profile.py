@@ -7,10 +7,12 @@
 `mlaserve bench` opens the profiler's window around its profiled step only (cudaProfilerStart /
 Stop), so `ncu --profile-from-start off` records exactly one eager step per batch size (decode
 with --synthetic-context) and one prefill. Per kernel: launches, summed duration, DRAM bytes read
-+ written and the achieved bandwidth (bytes / duration) against --peak-tbps, largest first. ncu
-serialises kernels and flushes caches between them (its defaults), so a kernel reads its
-weights from DRAM as a decode step does; durations are each kernel's own, without launch gaps.
-Standard library only.
++ written, the achieved bandwidth (bytes / duration) against --peak-tbps, and the SM clock it ran
+at (time-weighted), largest first. ncu serialises kernels and flushes caches between them (its
+defaults), so a kernel reads its weights from DRAM as a decode step does; durations are each
+kernel's own, without launch gaps. Clocks are the device's own (--clock-control none): under its
+power cap a heavy kernel runs below the maximum clock even alone, and lower still in the stream
+after other heavy kernels (bench/RESULTS.md, session 36). Standard library only.
 """
 import argparse
 import csv
@@ -22,7 +24,8 @@ import shutil
 import subprocess
 import sys
 
-METRICS = "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum"
+METRICS = ("gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,"
+           "sm__cycles_elapsed.avg.per_second")
 
 
 def find_ncu(given):
@@ -75,20 +78,23 @@ def table(title, col, step, peak, top):
     for r in step:
         k = re.sub(r"\(.*", "", r[col["Kernel Name"]]).replace("void ", "")
         k = re.sub(r"mls::(<unnamed>::)?", "", k)[:64]
-        e = agg.setdefault(k, [0, 0.0, 0.0])
+        e = agg.setdefault(k, [0, 0.0, 0.0, 0.0])
+        t = num(r, col, "gpu__time_duration.sum") * 1e-9
         e[0] += 1
-        e[1] += num(r, col, "gpu__time_duration.sum") * 1e-9
+        e[1] += t
         e[2] += num(r, col, "dram__bytes_read.sum") + num(r, col, "dram__bytes_write.sum")
+        e[3] += num(r, col, "sm__cycles_elapsed.avg.per_second") * t  # cycles
     total = sum(e[1] for e in agg.values())
     moved = sum(e[2] for e in agg.values())
     print(f"\n{title}: {len(step)} kernels, {total * 1e3:.3f} ms, {moved / 1e9:.3f} GB DRAM "
           f"({moved / total / 1e12:.2f} TB/s)")
-    print(f"| kernel | launches | ms | share | GB | TB/s | of {peak} TB/s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for k, (n, s, b) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:top]:
+    print(f"| kernel | launches | ms | share | GB | TB/s | of {peak} TB/s | SM MHz |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for k, (n, s, b, cycles) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:top]:
         bw = b / s / 1e12 if s else 0
+        mhz = cycles / s / 1e6 if s else 0
         print(f"| `{k}` | {n} | {s * 1e3:.3f} | {100 * s / total:.1f} % | {b / 1e9:.3f} | "
-              f"{bw:.2f} | {100 * bw / peak:.0f} % |")
+              f"{bw:.2f} | {100 * bw / peak:.0f} % | {mhz:.0f} |")
 
 
 def main():

@@ -24,6 +24,7 @@
 #include "ops/op_probe.h"
 #ifdef MLASERVE_CUDA_RUNTIME
 #include "core/cuda_context.h"
+#include "ops/cuda/clock_probe_kernels.h"
 #endif
 
 namespace mls::cli {
@@ -162,7 +163,8 @@ LayerTypeTimes profile_step(ModelRunner& runner, const ForwardBatch& batch, cons
 // well after the host did, the host was ahead and cost the step nothing; where the two meet, the
 // GPU waited for launches or host work. And, from an event after every op (ops/op_probe.h), the
 // stream's time from the previous op's end to each op's end, summed per op: what each op costs in
-// the stream, beside what a profiler measures of its kernels one at a time.
+// the stream, beside what a profiler measures of its kernels one at a time; and, from a pass of
+// its own, the SM clock right after each op (ops/cuda/clock_probe_kernels.h), averaged per op.
 struct Timeline {
   struct Point {
     std::string name;
@@ -173,6 +175,7 @@ struct Timeline {
     std::string op;
     int64_t count = 0;
     double gpu_ms = 0;
+    double cycles = 0, ns = 0;  // the clock probes' after this op's launches
   };
   std::vector<OpTime> ops;  // by time, longest first
   // The point where the host was least ahead of the GPU (gpu_ms - host_ms smallest), past the
@@ -203,6 +206,41 @@ class Event {
  private:
   cudaEvent_t e_ = nullptr;
 };
+
+// The step once more with a clock probe after each of its n_ops ops, into `by_op`: apart from the
+// timed pass, whose times the probes would lengthen. A probe spins kProbeCycles on the op's stream
+// (25-32 µs between 1.56 and 1.98 GHz: the global timer's granularity well inside) and writes
+// to mapped host memory, read once the step is done.
+void clock_pass(ModelRunner& runner, const ForwardBatch& batch, size_t n_ops,
+                std::map<std::string, Timeline::OpTime>& by_op) {
+  constexpr int64_t kProbeCycles = 50'000;
+  const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
+  uint64_t* out = nullptr;
+  cuda::check(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * n_ops * sizeof(uint64_t),
+                            cudaHostAllocMapped),
+              "cudaHostAlloc");
+  const std::unique_ptr<uint64_t, decltype(&cudaFreeHost)> owned(out, cudaFreeHost);
+  std::vector<const char*> names;
+  names.reserve(n_ops);
+  const ops::OpProbe probe = [&](const char* op) {
+    if (names.size() == n_ops)
+      raise<InternalError>("--timeline: the clock pass ran more ops than the {} counted", n_ops);
+    cuda::check(ops::cuda::kernels::launch_sm_clock_probe(out + 2 * names.size(), kProbeCycles,
+                                                          cuda::stream()),
+                "launch_sm_clock_probe");
+    names.push_back(op);
+  };
+  {
+    const ops::ScopedOpProbe scoped(probe);
+    runner.forward_sample(batch, greedy, [](std::string_view, const Tensor&) {});
+  }
+  cuda::synchronize();
+  for (size_t i = 0; i < names.size(); ++i) {
+    Timeline::OpTime& o = by_op[names[i]];
+    o.cycles += static_cast<double>(out[2 * i]);
+    o.ns += static_cast<double>(out[2 * i + 1]);
+  }
+}
 
 Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
   const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
@@ -247,6 +285,7 @@ Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
     ++o.count;
     o.gpu_ms += op_events[i].ms_since(i > 0 ? op_events[i - 1] : start);
   }
+  clock_pass(runner, batch, n_ops, by_op);
   for (auto& [name, o] : by_op) t.ops.push_back(std::move(o));
   std::sort(t.ops.begin(), t.ops.end(),
             [](const auto& a, const auto& b) { return a.gpu_ms > b.gpu_ms; });
@@ -261,7 +300,10 @@ json timeline_json(const std::optional<Timeline>& t) {
     points.push_back({{"name", p.name}, {"host_ms", p.host_ms}, {"gpu_ms", p.gpu_ms}});
   json ops = json::array();
   for (const Timeline::OpTime& o : t->ops)
-    ops.push_back({{"op", o.op}, {"count", o.count}, {"gpu_ms", o.gpu_ms}});
+    ops.push_back({{"op", o.op},
+                   {"count", o.count},
+                   {"gpu_ms", o.gpu_ms},
+                   {"mhz_after", o.ns > 0 ? o.cycles / o.ns * 1e3 : 0.0}});
   const Timeline::Point& c = *t->closest();
   return {{"points", points},
           {"least_host_lead", {{"point", c.name}, {"ms", c.gpu_ms - c.host_ms}}},
@@ -661,10 +703,11 @@ void print_table(const json& r) {
           name, last["host_ms"].get<double>(), last["gpu_ms"].get<double>(),
           t["least_host_lead"]["point"].get<std::string>(),
           t["least_host_lead"]["ms"].get<double>());
-      out += "  in the stream, from the previous op's end, by op:\n";
+      out += "  in the stream, from the previous op's end, by op (and the SM clock after it):\n";
       for (const json& o : t["ops"])
-        out += fmt::format("  {:<28} × {:>4} {:>10.3f} ms\n", o["op"].get<std::string>(),
-                           o["count"].get<int64_t>(), o["gpu_ms"].get<double>());
+        out += fmt::format("  {:<28} × {:>4} {:>10.3f} ms {:>6.0f} MHz\n",
+                           o["op"].get<std::string>(), o["count"].get<int64_t>(),
+                           o["gpu_ms"].get<double>(), o["mhz_after"].get<double>());
     }
   std::fputs(out.c_str(), stdout);
 }

@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "ops/cuda/clock_probe_kernels.h"
 #include "ops/cuda/test_util.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
@@ -80,6 +82,27 @@ Tensor norm_weight(int64_t n, uint32_t seed) {
 }
 
 // ---------------------------------------------------------------- copy, scatter, gather
+
+// The bench's clock probe (clock_probe_kernels.h): it spins at least the cycles asked, and cycles
+// over nanoseconds is a clock an SM can run at.
+TEST(CudaClockProbe, SpinsTheCyclesAskedAtAPlausibleClock) {
+  MLS_REQUIRE_GPU();
+  uint64_t* out = nullptr;
+  ASSERT_EQ(
+      cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * sizeof(uint64_t), cudaHostAllocMapped),
+      cudaSuccess);
+  constexpr int64_t kCycles = 200'000;
+  ASSERT_EQ(cuda::kernels::launch_sm_clock_probe(out, kCycles, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const double mhz = static_cast<double>(out[0]) / static_cast<double>(out[1]) * 1e3;
+  EXPECT_GE(out[0], static_cast<uint64_t>(kCycles));
+  EXPECT_GT(mhz, 200.0);
+  EXPECT_LT(mhz, 3000.0);
+  std::printf("clock probe: %llu cycles in %llu ns, %.0f MHz\n",
+              static_cast<unsigned long long>(out[0]), static_cast<unsigned long long>(out[1]),
+              mhz);
+  cudaFreeHost(out);
+}
 
 TEST(CudaCopy, HostDeviceRoundTripIsExact) {
   MLS_REQUIRE_GPU();

@@ -175,7 +175,7 @@ struct Timeline {
     std::string op;
     int64_t count = 0;
     double gpu_ms = 0;
-    double cycles = 0, ns = 0;  // the clock probes' after this op's launches
+    double cycles = 0, ns = 0;  // what the clock probes after this op counted
   };
   std::vector<OpTime> ops;  // by time, longest first
   // The point where the host was least ahead of the GPU (gpu_ms - host_ms smallest), past the
@@ -234,7 +234,8 @@ void clock_pass(ModelRunner& runner, const ForwardBatch& batch, size_t n_ops,
     const ops::ScopedOpProbe scoped(probe);
     runner.forward_sample(batch, greedy, [](std::string_view, const Tensor&) {});
   }
-  cuda::synchronize();
+  // The probes ran on the rank's stream, not this thread's.
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   for (size_t i = 0; i < names.size(); ++i) {
     Timeline::OpTime& o = by_op[names[i]];
     o.cycles += static_cast<double>(out[2 * i]);

@@ -827,7 +827,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--timeline", f->timeline,
                 "Also run one step of each phase unsynchronised and report, per observation "
                 "point, when the host had enqueued it and when the GPU reached it, and each "
-                "op's time in the stream");
+                "op's time in the stream and the SM clock after it");
   cmd->callback([f] { run(*f); });
 }
 

@@ -207,14 +207,24 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
+// One step with `probe` named after each op, under an observer that records nothing: the timed
+// pass runs under an observer, and an observed step settles each layer's pending residual add
+// (Model::forward), so it runs more ops than an unobserved one.
+void probed_step(ModelRunner& runner, const ForwardBatch& batch,
+                 const std::vector<ops::RowSampling>& greedy, const ops::OpProbe& probe) {
+  const ops::ScopedOpProbe scoped(probe);
+  runner.forward_sample(batch, greedy, [](std::string_view, const Tensor&) {});
+}
+
 // The step once more with a clock probe after each of its n_ops ops, into `by_op`: apart from the
 // timed pass, whose times the probes would lengthen. A probe spins kProbeCycles on the op's stream
-// (25-32 µs between 1.56 and 1.98 GHz: the global timer's granularity well inside) and writes
-// to mapped host memory, read once the step is done.
-void clock_pass(ModelRunner& runner, const ForwardBatch& batch, size_t n_ops,
+// (25-32 µs between 1.56 and 1.98 GHz; at full clock it reads about 2 % high against a probe of
+// 200,000 cycles, bench/RESULTS.md, session 36, and a longer one would leave the GPU idler) and
+// writes to mapped host memory, read once the step is done.
+void clock_pass(ModelRunner& runner, const ForwardBatch& batch,
+                const std::vector<ops::RowSampling>& greedy, size_t n_ops,
                 std::map<std::string, Timeline::OpTime>& by_op) {
   constexpr int64_t kProbeCycles = 50'000;
-  const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
   uint64_t* out = nullptr;
   cuda::check(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * n_ops * sizeof(uint64_t),
                             cudaHostAllocMapped),
@@ -230,10 +240,7 @@ void clock_pass(ModelRunner& runner, const ForwardBatch& batch, size_t n_ops,
                 "launch_sm_clock_probe");
     names.push_back(op);
   };
-  {
-    const ops::ScopedOpProbe scoped(probe);
-    runner.forward_sample(batch, greedy, [](std::string_view, const Tensor&) {});
-  }
+  probed_step(runner, batch, greedy, probe);
   // The probes ran on the rank's stream, not this thread's.
   cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   for (size_t i = 0; i < names.size(); ++i) {
@@ -246,15 +253,9 @@ void clock_pass(ModelRunner& runner, const ForwardBatch& batch, size_t n_ops,
 Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
   const std::vector<ops::RowSampling> greedy(batch.num_logit_rows());
   // The step's ops counted in a first pass, so that the timed one only records events made
-  // beforehand (creating one per op would add host time to steps of short ops). Under an observer
-  // as the timed pass's: an observed step settles each layer's pending residual add
-  // (Model::forward), so it runs more ops.
+  // beforehand (creating one per op would add host time to steps of short ops).
   size_t n_ops = 0;
-  {
-    const ops::OpProbe count = [&](const char*) { ++n_ops; };
-    const ops::ScopedOpProbe scoped(count);
-    runner.forward_sample(batch, greedy, [](std::string_view, const Tensor&) {});
-  }
+  probed_step(runner, batch, greedy, [&](const char*) { ++n_ops; });
   std::deque<Event> events;            // one per point, after `start`
   std::deque<Event> op_events(n_ops);  // one per op, after `start`
   std::vector<const char*> op_names;
@@ -286,7 +287,7 @@ Timeline timeline_step(ModelRunner& runner, const ForwardBatch& batch) {
     ++o.count;
     o.gpu_ms += op_events[i].ms_since(i > 0 ? op_events[i - 1] : start);
   }
-  clock_pass(runner, batch, n_ops, by_op);
+  clock_pass(runner, batch, greedy, n_ops, by_op);
   for (auto& [name, o] : by_op) t.ops.push_back(std::move(o));
   std::sort(t.ops.begin(), t.ops.end(),
             [](const auto& a, const auto& b) { return a.gpu_ms > b.gpu_ms; });

@@ -35,11 +35,12 @@ void settle(Tensor& x, PendingAdd& pending) {
   pending.added = true;
 }
 
-void norm_with_pending(Tensor& x, PendingAdd& pending, const Tensor& w, float eps, Tensor& y) {
+void norm_with_pending(Tensor& x, PendingAdd& pending, const Tensor& w, float eps, Tensor& y,
+                       Tensor* q) {
   if (pending.open())
-    ops::add_rms_norm(x, pending.delta, w, eps, y);
+    ops::add_rms_norm(x, pending.delta, w, eps, y, q);
   else
-    ops::rms_norm(x, w, eps, y);
+    ops::rms_norm(x, w, eps, y, q);
   pending = PendingAdd();
 }
 
@@ -55,7 +56,9 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
 
   const DType dt = k.act;
   Tensor h = Tensor::empty({L, H}, dt, act, a);
-  norm_with_pending(x, pending, w.input_norm, eps, h);
+  // The layer input quantised by its norm for the fused projections, where they are block-FP8.
+  Tensor hq_a = ops::fp8_input(L, w.fused_a, dt, a);
+  norm_with_pending(x, pending, w.input_norm, eps, h, &hq_a);
   // The MLP's input quantised by the post-attention norm for the gate and up weights (the dense
   // MLP's or the shared experts'), where that input is h itself (not gathered from other ranks).
   const Tensor* mlp_gate = !c.is_moe(layer)         ? &w.dense.gate
@@ -65,8 +68,16 @@ void decoder_layer_forward(const io::ModelConfig& c, const ModelConstants& k,
   {
     // Attention half. Its intermediates (the gathered projection, q, the indexer's output)
     // are released at the end of this block, before the MLP allocates.
-    Tensor a_local = Tensor::empty({L, w.fused_a.dim(0)}, dt, act, a);
-    ops::linear(h, w.fused_a, a_local);
+    const FusedAColumns cols = FusedAColumns::of(c, layer);
+    Tensor a_local = Tensor::empty({L, cols.width}, dt, act, a);
+    Tensor a_mla = a_local.narrow(1, 0, w.fused_a.dim(0));
+    if (w.fused_a_index.defined()) {
+      Tensor a_index = a_local.narrow(1, cols.index_k, w.fused_a_index.dim(0));
+      ops::linear_pair(h, w.fused_a, a_mla, w.fused_a_index, a_index, hq_a);
+    } else {
+      ops::linear(h, w.fused_a, a_mla, false, hq_a);
+    }
+    hq_a = Tensor();  // read by the projections only
     const Tensor proj = gather_from_layout(a_local, layout, step, par, a);
     MLS_CHECK(proj.dim(0) == N, "fused projection has {} rows for {} tokens", proj.dim(0), N);
     // Without q_lora, q_proj is column-parallel over the full layer input.

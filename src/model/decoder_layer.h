@@ -29,8 +29,9 @@ struct PendingAdd {
 void settle(Tensor& x, PendingAdd& pending);
 
 // y = rms_norm(x + the pending delta), x updated to the sum (y may alias x); the delta is
-// released.
-void norm_with_pending(Tensor& x, PendingAdd& pending, const Tensor& w, float eps, Tensor& y);
+// released. q: as ops::rms_norm's (y quantised for block-FP8 linears of y).
+void norm_with_pending(Tensor& x, PendingAdd& pending, const Tensor& w, float eps, Tensor& y,
+                       Tensor* q = nullptr);
 
 // x [layout.local_rows(), H] is updated in place, but for the layer's MLP output, which is left
 // in `pending` (the previous layer's is added first). `chosen` carries the DSA indexer's

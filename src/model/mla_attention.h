@@ -16,7 +16,7 @@ class MlaAttention {
   MlaAttention(const io::ModelConfig& c, const ModelConstants& k, int64_t layer)
       : c_(c), k_(k), layer_(layer) {}
 
-  // Step 1: from the fused replicated projection `a` [N, Wa] (see LayerWeights::fused_a):
+  // Step 1: from the fused replicated projection `a` [N, Wa] (see FusedAColumns):
   // q_a_layernorm, q_b_proj, kv_a_layernorm, the cache row's RoPE and write. Returns q (local
   // heads [N, nh, dq], its rotary part not yet rotated: attend rotates it into the latent query)
   // and, on a layer that owns a DSA indexer, its queries index_q [N, hi·di]

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "ops/copy.h"
@@ -104,6 +105,7 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
     const FusedAColumns fa = FusedAColumns::of(c, L);
     if (c.q_lora_rank > 0) {
       fused(a + "q_a_proj.weight", {c.q_lora_rank, H}, &l.fused_a, fa.q, &l.q_a_proj);
+      gemm();
       whole(a + "q_a_layernorm.weight", {c.q_lora_rank}, &l.q_a_norm);
       by_rows(a + "q_b_proj.weight", {nh * dq, c.q_lora_rank}, s.head_start * dq, s.heads * dq,
               &l.q_b_proj);
@@ -113,6 +115,7 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
       gemm();
     }
     fused(a + "kv_a_proj_with_mqa.weight", {rkv + dr, H}, &l.fused_a, fa.kv, &l.kv_a_proj);
+    gemm();
     whole(a + "kv_a_layernorm.weight", {rkv}, &l.kv_a_norm);
     by_rows(a + "kv_b_proj.weight", {nh * (dn + dv), rkv}, s.head_start * (dn + dv),
             s.heads * (dn + dv), &l.kv_b_proj);
@@ -123,10 +126,13 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
       const int64_t hi = c.index_n_heads, di = c.index_head_dim;
       whole(ix + "wq_b.weight", {hi * di, c.q_lora_rank}, &l.idx_wq_b);
       gemm();
-      fused(ix + "wk.weight", {di, H}, &l.fused_a, fa.index_k, &l.idx_wk);
+      fused(ix + "wk.weight", {di, H}, &l.fused_a_index, 0, &l.idx_wk);
+      gemm();
       whole(ix + "k_norm.weight", {di}, &l.idx_k_norm_w);
       whole(ix + "k_norm.bias", {di}, &l.idx_k_norm_b);
-      fused(ix + "weights_proj.weight", {hi, H}, &l.fused_a, fa.index_w, &l.idx_weights_proj);
+      fused(ix + "weights_proj.weight", {hi, H}, &l.fused_a_index, fa.index_w - fa.index_k,
+            &l.idx_weights_proj);
+      gemm();
     }
     if (!c.is_moe(L)) {
       mlp(pre + "mlp.", c.intermediate_size, s.dense_start, s.dense_inter, l.dense);
@@ -215,13 +221,23 @@ namespace {
 class WeightLoader {
  public:
   WeightLoader(const io::ModelConfig& c, const io::Checkpoint* ckpt, LoadFormat format,
-               Allocator& alloc)
-      : c_(c), ckpt_(ckpt), format_(format), alloc_(alloc) {}
+               Allocator& alloc, const std::vector<WeightSpec>& table)
+      : c_(c), ckpt_(ckpt), format_(format), alloc_(alloc) {
+    // A fused group is block-FP8 where every member would be alone and starts on a 128-row
+    // scale block (the group's scales are then its members' stacked); else its members are bf16.
+    for (const WeightSpec& spec : table) {
+      if (!spec.group) continue;
+      const bool fp8 = own_dtype(spec) == DType::kFP8E4M3 && spec.group_row % 128 == 0;
+      const auto it = group_fp8_.try_emplace(spec.group, fp8).first;
+      it->second = it->second && fp8;
+    }
+  }
 
   DType dtype_of(const WeightSpec& spec) const {
-    const bool has_scales =
-        format_ == LoadFormat::kDummy || (ckpt_ && ckpt_->has(spec.name + "_scale_inv"));
-    return weight_dtype(c_, spec, alloc_.device(), has_scales);
+    const DType own = own_dtype(spec);
+    if (!spec.group) return own;
+    if (group_fp8_.at(spec.group)) return DType::kFP8E4M3;
+    return own == DType::kFP8E4M3 ? DType::kBF16 : own;
   }
 
   void fill(const WeightSpec& spec) const {
@@ -248,15 +264,25 @@ class WeightLoader {
     return a;
   }
 
+  DType own_dtype(const WeightSpec& spec) const {
+    const bool has_scales =
+        format_ == LoadFormat::kDummy || (ckpt_ && ckpt_->has(spec.name + "_scale_inv"));
+    return weight_dtype(c_, spec, alloc_.device(), has_scales);
+  }
+
   void fill_fp8(const WeightSpec& spec) const {
     Tensor& dest = *spec.dest;
     const int64_t rows = dest.dim(0), cols = dest.dim(1);
     const io::Slice srows{spec.rows.start / 128, (rows + 127) / 128};
     const io::Slice scols{spec.cols.start / 128, (cols + 127) / 128};
-    Tensor scale = Tensor::empty({srows.len, scols.len}, DType::kF32, MemTag::kWeights, alloc_);
+    // A group member's scales are its rows of the group's (the group pads them once, at the end).
+    Tensor scale =
+        spec.group ? spec.group->block_scale()->narrow(0, spec.group_row / 128, srows.len)
+                   : Tensor::empty({srows.len, scols.len}, DType::kF32, MemTag::kWeights, alloc_);
     if (!dest.raw()) {  // meta allocator: sizes only, the scales' included
       dest.set_block_scale(std::move(scale));
-      return ops::attach_padded_block_scale(dest, alloc_);
+      if (!spec.group) ops::attach_padded_block_scale(dest, alloc_);
+      return;
     }
     if (format_ == LoadFormat::kDummy) {
       // Codes uniform in [-1, 1], one scale per block: values in [-a, a] as the bf16 dummy.
@@ -278,13 +304,14 @@ class WeightLoader {
     }
     dest.set_block_scale(std::move(scale));
     // cuBLASLt's padded layout, once, here rather than in every GEMM.
-    ops::attach_padded_block_scale(dest, alloc_);
+    if (!spec.group) ops::attach_padded_block_scale(dest, alloc_);
   }
 
   const io::ModelConfig& c_;
   const io::Checkpoint* ckpt_;
   LoadFormat format_;
   Allocator& alloc_;
+  std::map<const Tensor*, bool> group_fp8_;  // each fused group: block-FP8
 };
 
 // The grouped FP8 expert path's address table for a layer whose routed experts are all
@@ -345,15 +372,21 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
                                Shape(spec.full_shape).str(), Shape(info.shape).str());
     }
   }
-  const WeightLoader loader(c, ckpt, format, alloc);
-  // Fused groups first: one allocation each, sized by its members; members become row views.
+  const WeightLoader loader(c, ckpt, format, alloc, table);
+  // Fused groups first: one allocation each, sized by its members (a block-FP8 group's scales
+  // too); members become row views.
+  std::vector<Tensor*> groups;
   for (const WeightSpec& spec : table)
     if (spec.group && !spec.group->defined()) {
       int64_t rows = 0;
       for (const WeightSpec& m : table)
         if (m.group == spec.group) rows = std::max(rows, m.group_row + m.local_shape[0]);
-      *spec.group = Tensor::empty({rows, spec.local_shape[1]}, loader.dtype_of(spec),
-                                  MemTag::kWeights, alloc);
+      const int64_t cols = spec.local_shape[1];
+      *spec.group = Tensor::empty({rows, cols}, loader.dtype_of(spec), MemTag::kWeights, alloc);
+      if (spec.group->dtype() == DType::kFP8E4M3)
+        spec.group->set_block_scale(Tensor::empty({(rows + 127) / 128, (cols + 127) / 128},
+                                                  DType::kF32, MemTag::kWeights, alloc));
+      groups.push_back(spec.group);
     }
   // This rank's share of a tensor's stored bytes.
   const auto spec_bytes = [&](const WeightSpec& spec) {
@@ -383,6 +416,8 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
       progress(p.rank, done, total);
     }
   }
+  // cuBLASLt's padded scale layout of each block-FP8 group, once its members are in.
+  for (Tensor* g : groups) ops::attach_padded_block_scale(*g, alloc);
   for (LayerWeights& l : w.layers) build_expert_table(l, alloc);
   for (MtpWeights& m : w.mtp) build_expert_table(m.block, alloc);
   return w;

@@ -23,11 +23,14 @@ struct MlpWeights {  // dense MLP, shared experts and each routed expert
 
 struct LayerWeights {
   Tensor input_norm, post_attention_norm;
-  // The replicated projections of the layer input, fused into one [Wa, H] matrix so that a
-  // sequence-parallel rank runs one GEMM on its token shard and gathers one narrow output:
-  // rows [q_a_proj | kv_a_proj_with_mqa | indexer wk | indexer weights_proj] (the last two only
-  // on layers that own an indexer). The named tensors below are row views into it.
-  Tensor fused_a;
+  // The replicated projections of the layer input, fused so that a sequence-parallel rank runs
+  // them on its token shard into one narrow output (FusedAColumns) and gathers it once: rows
+  // [q_a_proj | kv_a_proj_with_mqa] in fused_a and [indexer wk | indexer weights_proj] in
+  // fused_a_index (layers that own an indexer). Two groups, so that a block-FP8 checkpoint's
+  // fused_a stays FP8: a group is FP8 only where each member starts on a 128-row scale block,
+  // and the indexer's rows would start mid-block after kv_a's 576. The named tensors below are
+  // row views into them.
+  Tensor fused_a, fused_a_index;
   // MLA
   Tensor q_proj;  // only without q_lora
   Tensor q_a_proj, q_a_norm, q_b_proj;
@@ -46,7 +49,8 @@ struct LayerWeights {
   MlpWeights shared;
 };
 
-// Column offsets of each projection inside fused_a's output (same for every rank).
+// Column offsets of each projection in the layer input's fused output: fused_a's rows, then
+// fused_a_index's (same for every rank).
 struct FusedAColumns {
   int64_t q = 0, kv = 0, index_k = 0, index_w = 0, width = 0;
   static FusedAColumns of(const io::ModelConfig& c, int64_t layer);

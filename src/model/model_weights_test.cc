@@ -4,14 +4,23 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 #include "io/test_dir.h"
 #include "model/mtp_test_checkpoint.h"
+#include "ops/copy.h"
 #include "test_data.h"
+#ifdef MLASERVE_CUDA_RUNTIME
+#include "core/cuda_allocator.h"
+#include "core/cuda_context.h"
+#endif
 
 namespace mls {
 namespace {
@@ -27,8 +36,9 @@ struct Loaded {
   ModelWeights weights;
 };
 
-Loaded load(const fs::path& dir, bool mtp, ParallelContext par = {}) {
-  static CpuAllocator alloc;
+Loaded load(const fs::path& dir, bool mtp, ParallelContext par = {}, Allocator* on = nullptr) {
+  static CpuAllocator cpu;
+  Allocator& alloc = on ? *on : cpu;
   Loaded l{io::ModelConfig::load(dir), {}};
   io::Checkpoint ckpt = io::Checkpoint::open(dir);
   if (l.config.quant.fp8) ckpt.set_fp8_block_size(l.config.quant.block_n, l.config.quant.block_k);
@@ -158,6 +168,132 @@ TEST(MtpWeights, DummyWeightsCountedInMetaMode) {
   const int64_t H = c.hidden_size;
   EXPECT_GT(mtp_values, 2 * H * H + 3 * H);
   EXPECT_EQ(with.stats().cur(MemTag::kWeights) - base, mtp_values * 4);
+}
+
+// A copy of tiny-glm5-fp8 whose q_lora_rank is 128, one whole scale block: q_a_proj gains zero
+// rows, q_a_layernorm ones, q_b_proj and the indexer's wq_b zero columns (their FP8 scales keep
+// their shapes), so that both members of [q_a_proj | kv_a_proj_with_mqa] start on a block.
+// q_a_bf16: q_a_proj stored as bf16 zeros without scales instead.
+void write_q_lora_128(const fs::path& out, bool q_a_bf16 = false) {
+  const fs::path from = kTestData / "tiny-glm5-fp8";
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(from / "config.json"));
+  const int64_t q_lora = config["q_lora_rank"].get<int64_t>(), wide = 128;
+  config["q_lora_rank"] = wide;
+  std::ofstream(out / "config.json") << config.dump(2);
+  const io::SafetensorsFile file = io::SafetensorsFile::open(from / "model.safetensors");
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<io::TensorData> tensors;
+  for (const io::TensorInfo& t : file) {
+    std::vector<int64_t> shape = t.shape;
+    const auto es = static_cast<int64_t>(t.nbytes) / std::max<int64_t>(t.numel(), 1);
+    std::vector<std::byte> b(t.data, t.data + t.nbytes);
+    if (q_a_bf16 && t.name.ends_with("q_a_proj.weight_scale_inv")) continue;
+    if (t.name.ends_with("q_a_proj.weight")) {
+      shape[0] = wide;
+      b.resize(static_cast<size_t>(wide * shape[1] * es));
+      if (q_a_bf16) {
+        b.assign(static_cast<size_t>(wide * shape[1] * 2), std::byte{0});
+        bytes.push_back(std::move(b));
+        tensors.push_back({t.name, "BF16", shape, {}});
+        continue;
+      }
+    } else if (t.name.ends_with("q_a_layernorm.weight")) {
+      ASSERT_EQ(t.stored_dtype, "BF16");
+      shape[0] = wide;
+      for (int64_t i = q_lora; i < wide; ++i) {
+        const std::byte one[2] = {std::byte{0x80}, std::byte{0x3f}};  // bf16 1.0, little-endian
+        b.insert(b.end(), one, one + 2);
+      }
+    } else if (t.name.ends_with("q_b_proj.weight") || t.name.ends_with("indexer.wq_b.weight")) {
+      shape[1] = wide;
+      b.assign(static_cast<size_t>(shape[0] * wide * es), std::byte{0});
+      for (int64_t r = 0; r < shape[0]; ++r)
+        std::copy_n(t.data + r * q_lora * es, q_lora * es, b.begin() + r * wide * es);
+    }
+    bytes.push_back(std::move(b));
+    tensors.push_back({t.name, t.stored_dtype, shape, {}});
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = bytes[i];
+  io::write_safetensors(out / "model.safetensors", tensors);
+}
+
+// Loaded on a GPU's meta allocator (sizes only; no GPU needed): a fused group is block-FP8 only
+// where each member is and starts on a 128-row scale block, its scales its members' stacked.
+TEST(FusedProjections, BlockFp8OnlyWhereEveryMemberStartsOnAScaleBlock) {
+  MetaAllocator meta(Device::cuda(0));
+  {
+    // As stored: kv_a_proj starts at row 96; the indexer's weights_proj is bf16 and at row 32.
+    const Loaded l = load(kTestData / "tiny-glm5-fp8", false, {}, &meta);
+    const LayerWeights& w = l.weights.layers[0];
+    EXPECT_EQ(w.fused_a.dtype(), DType::kBF16);
+    EXPECT_EQ(w.q_a_proj.dtype(), DType::kBF16);
+    EXPECT_EQ(w.fused_a_index.dtype(), DType::kBF16);
+    EXPECT_EQ(w.q_b_proj.dtype(), DType::kFP8E4M3);  // alone, as before
+  }
+  io::testing::TestDir dir;
+  write_q_lora_128(dir.path());
+  const Loaded l = load(dir.path(), false, {}, &meta);
+  const io::ModelConfig& c = l.config;
+  for (const LayerWeights& w : l.weights.layers) {
+    const int64_t rows = 128 + c.kv_lora_rank + c.qk_rope_head_dim;
+    ASSERT_EQ(w.fused_a.shape(), Shape({rows, c.hidden_size}));
+    EXPECT_EQ(w.fused_a.dtype(), DType::kFP8E4M3);
+    ASSERT_NE(w.fused_a.block_scale(), nullptr);
+    EXPECT_EQ(w.fused_a.block_scale()->shape(), Shape({(rows + 127) / 128, c.hidden_size / 128}));
+    // hidden 256: two K blocks a row, padded to four for cuBLASLt.
+    ASSERT_NE(w.fused_a.padded_block_scale(), nullptr);
+    EXPECT_EQ(w.fused_a.padded_block_scale()->shape(), Shape({(rows + 127) / 128, 4}));
+    EXPECT_EQ(w.kv_a_proj.dtype(), DType::kFP8E4M3);
+    EXPECT_EQ(w.kv_a_proj.block_scale()->shape(), Shape({1, c.hidden_size / 128}));
+    // The indexer's group: weights_proj is stored bf16.
+    EXPECT_EQ(w.fused_a_index.defined(), w.idx_wk.defined());
+    if (w.fused_a_index.defined()) {
+      EXPECT_EQ(w.fused_a_index.dtype(), DType::kBF16);
+    }
+  }
+  // q_a_proj without scales: its group is bf16, kv_a_proj with it.
+  io::testing::TestDir bf16_q_a;
+  write_q_lora_128(bf16_q_a.path(), true);
+  const LayerWeights& w = load(bf16_q_a.path(), false, {}, &meta).weights.layers[0];
+  EXPECT_EQ(w.fused_a.dtype(), DType::kBF16);
+  EXPECT_EQ(w.kv_a_proj.dtype(), DType::kBF16);
+  EXPECT_EQ(w.fused_a.block_scale(), nullptr);
+}
+
+// On the GPU (skipped without one): the block-FP8 group holds its members' codes and scales as
+// the checkpoint stores them, q_a_proj's block above kv_a_proj's.
+TEST(FusedProjections, GpuBlockFp8GroupHoldsItsMembersAsStored) {
+#ifdef MLASERVE_CUDA_RUNTIME
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device here";
+  io::testing::TestDir dir;
+  write_q_lora_128(dir.path());
+  const Loaded l = load(dir.path(), false, {}, &cuda::allocator());
+  const io::SafetensorsFile file = io::SafetensorsFile::open(dir / "model.safetensors");
+  const auto stored = [&](const std::string& name) {
+    const io::TensorInfo* t = file.find(name);
+    EXPECT_NE(t, nullptr) << name;
+    return t ? std::vector<std::byte>(t->data, t->data + t->nbytes) : std::vector<std::byte>();
+  };
+  const auto on_host = [](const Tensor& dev) {
+    Tensor host = Tensor::empty(dev.shape(), dev.dtype(), MemTag::kActivation);
+    ops::copy(dev, host);
+    cuda::synchronize();
+    const auto* p = static_cast<const std::byte*>(host.raw());
+    return std::vector<std::byte>(p,
+                                  p + host.numel() * static_cast<int64_t>(dtype_size(dev.dtype())));
+  };
+  const LayerWeights& w = l.weights.layers[0];
+  ASSERT_EQ(w.fused_a.dtype(), DType::kFP8E4M3);
+  const std::string a = "model.layers.0.self_attn.";
+  std::vector<std::byte> codes = stored(a + "q_a_proj.weight");
+  std::vector<std::byte> scales = stored(a + "q_a_proj.weight_scale_inv");
+  for (const std::byte b : stored(a + "kv_a_proj_with_mqa.weight")) codes.push_back(b);
+  for (const std::byte b : stored(a + "kv_a_proj_with_mqa.weight_scale_inv")) scales.push_back(b);
+  EXPECT_EQ(on_host(w.fused_a), codes);
+  EXPECT_EQ(on_host(*w.fused_a.block_scale()), scales);
+#else
+  GTEST_SKIP() << "no CUDA device here";
+#endif
 }
 
 }  // namespace

@@ -187,15 +187,15 @@ void write_q_lora_128(const fs::path& out, bool q_a_bf16 = false) {
     std::vector<int64_t> shape = t.shape;
     const auto es = static_cast<int64_t>(t.nbytes) / std::max<int64_t>(t.numel(), 1);
     std::vector<std::byte> b(t.data, t.data + t.nbytes);
+    std::string dtype = t.stored_dtype;
     if (q_a_bf16 && t.name.ends_with("q_a_proj.weight_scale_inv")) continue;
     if (t.name.ends_with("q_a_proj.weight")) {
       shape[0] = wide;
-      b.resize(static_cast<size_t>(wide * shape[1] * es));
       if (q_a_bf16) {
+        dtype = "BF16";
         b.assign(static_cast<size_t>(wide * shape[1] * 2), std::byte{0});
-        bytes.push_back(std::move(b));
-        tensors.push_back({t.name, "BF16", shape, {}});
-        continue;
+      } else {
+        b.resize(static_cast<size_t>(wide * shape[1] * es));
       }
     } else if (t.name.ends_with("q_a_layernorm.weight")) {
       ASSERT_EQ(t.stored_dtype, "BF16");
@@ -211,7 +211,7 @@ void write_q_lora_128(const fs::path& out, bool q_a_bf16 = false) {
         std::copy_n(t.data + r * q_lora * es, q_lora * es, b.begin() + r * wide * es);
     }
     bytes.push_back(std::move(b));
-    tensors.push_back({t.name, t.stored_dtype, shape, {}});
+    tensors.push_back({t.name, dtype, shape, {}});
   }
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = bytes[i];
   io::write_safetensors(out / "model.safetensors", tensors);

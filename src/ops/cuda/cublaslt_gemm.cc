@@ -36,8 +36,8 @@ constexpr int kCandidates = 8;
 // invariance on the GPU rests on it). A non-invariant plain GEMM (LtLinear::invariant false: a
 // block-FP8 model's, whose FP8 GEMMs choose by step size anyway) takes the heuristic's algorithm
 // for its own row count, split-K still excluded: at 8,192 rows the fused q_a / kv_a / indexer
-// projection took 0.8 ms a layer in the 64-row algorithm's tile (H200, 2026-12-04: prefill 85 ->
-// 83 ms with its own).
+// projection, bf16 then, took 0.8 ms a layer in the 64-row algorithm's tile (H200, 2026-12-04:
+// prefill 85 -> 83 ms with its own).
 constexpr int64_t kInvariantRows = 64;
 
 void check_lt(cublasStatus_t s, const char* what) {

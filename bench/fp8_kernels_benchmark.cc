@@ -8,9 +8,11 @@
 // reads its weights from DRAM. Figures: µs per launch and the weight bytes read per second against
 // the 4.8 TB/s floor.
 //
-//   fp8_kernels_benchmark [--iters N] [--experts-only] [--batches 1,8,64,256,512,8192]
+//   fp8_kernels_benchmark [--iters N] [--experts-only] [--balanced] [--batches 1,8,64,256,512,8192]
 // (--experts-only with one batch size and --iters 5 gives a profiler one replayed graph per
-// expert configuration.)
+// expert configuration. --balanced gives every expert the same rows instead of a random router's:
+// at 8,192 tokens 256 each, whole tiles of the tensor-core kernel, so against the default it
+// shows what the padding rows of the last tiles cost.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -167,7 +169,8 @@ double rel_l2_diff(const void* a, const void* b, int64_t n) {
 
 // GLM-5's routed experts: 256 of hidden 6144, intermediate 2048, 8 per token, chosen uniformly
 // at random (a dummy model's router), each weight and scale at its own address as loaded.
-void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& batches) {
+void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& batches,
+                   bool balanced) {
   const int64_t E = 256, H = 6144, I = 2048, top_k = 8;
   std::printf("grouped FP8 experts (µs per launch, TB/s of the active experts' weights)\n");
   const size_t gate_bytes = static_cast<size_t>(I * H), down_bytes = static_cast<size_t>(H * I);
@@ -203,25 +206,33 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
   std::mt19937 g(11);
   for (const int64_t T : batches) {
     std::vector<int32_t> count(E, 0);
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<int32_t> ids(E);
-      for (int64_t e = 0; e < E; ++e) ids[e] = static_cast<int32_t>(e);
-      std::shuffle(ids.begin(), ids.end(), g);
-      for (int64_t j = 0; j < top_k; ++j) ++count[ids[j]];
+    if (balanced) {
+      for (int64_t e = 0; e < E; ++e)
+        count[e] = static_cast<int32_t>(T * top_k / E + (e < T * top_k % E ? 1 : 0));
+    } else {
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<int32_t> ids(E);
+        for (int64_t e = 0; e < E; ++e) ids[e] = static_cast<int32_t>(e);
+        std::shuffle(ids.begin(), ids.end(), g);
+        for (int64_t j = 0; j < top_k; ++j) ++count[ids[j]];
+      }
     }
     std::vector<int32_t> off(E + 1, 0);
-    int64_t used = 0, most = 0;
+    int64_t used = 0, most = 0, padded = 0;
     for (int64_t e = 0; e < E; ++e) {
       off[e + 1] = off[e] + count[e];
       used += count[e] > 0;
       most = std::max<int64_t>(most, count[e]);
+      padded += (count[e] + k::kMoeFp8TcRowTile - 1) / k::kMoeFp8TcRowTile * k::kMoeFp8TcRowTile;
     }
     check(cudaMemcpy(offsets, off.data(), off.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
           "offsets");
     check(k::launch_moe_active_experts(offsets, static_cast<int>(E), active, stream), "active");
     const int64_t R = T * top_k;
-    std::printf("  batch %3ld: %3ld experts active, at most %2ld rows\n", static_cast<long>(T),
-                static_cast<long>(used), static_cast<long>(most));
+    std::printf(
+        "  batch %3ld: %3ld experts active, at most %2ld rows; tensor-core tiles %.1f %% padding\n",
+        static_cast<long>(T), static_cast<long>(used), static_cast<long>(most),
+        100.0 * static_cast<double>(padded - R) / static_cast<double>(padded));
     for (const bool gated : {true, false}) {
       const size_t bytes = used * (gated ? 2 * gate_bytes : down_bytes);
       const double flops = 2.0 * static_cast<double>(R) * I * H * (gated ? 2 : 1);
@@ -289,7 +300,7 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
 
 int main(int argc, char** argv) {
   int iters = 50;
-  bool experts_only = false;
+  bool experts_only = false, balanced = false;
   std::vector<int64_t> batches = {1, 8, 64, 256, 512, 8192};
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
@@ -297,6 +308,8 @@ int main(int argc, char** argv) {
       iters = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--experts-only") == 0) {
       experts_only = true;
+    } else if (std::strcmp(argv[i], "--balanced") == 0) {
+      balanced = true;
     } else if (std::strcmp(argv[i], "--batches") == 0 && has_value) {
       batches.clear();
       for (const char* p = argv[++i]; *p;) {
@@ -311,7 +324,9 @@ int main(int argc, char** argv) {
       }
       if (batches.empty()) batches.push_back(1);
     } else {
-      std::fprintf(stderr, "usage: %s [--iters N] [--experts-only] [--batches B,...]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--iters N] [--experts-only] [--balanced] [--batches B,...]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -320,6 +335,6 @@ int main(int argc, char** argv) {
   int num_sms = 0;
   check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
   if (!experts_only) bench_skinny(stream, num_sms, iters);
-  bench_experts(stream, std::max(1, iters / 5), batches);
+  bench_experts(stream, std::max(1, iters / 5), batches, balanced);
   return 0;
 }

@@ -47,7 +47,7 @@ namespace {
 // each other, but fp32 sums inside a sub-step come in the tensor core's order: this kernel is not
 // bitwise equal to the skinny one.
 
-constexpr int kBM = 64, kBN = 256, kBK = 128;
+constexpr int kBM = kMoeFp8TcRowTile, kBN = 256, kBK = 128;
 constexpr int kStages = 5;
 constexpr int kWarpgroup = 128;
 constexpr int kThreads = 3 * kWarpgroup;  // the producer, then two consumers

@@ -1,5 +1,7 @@
 #include "ops/cuda/clock_probe_kernels.h"
 
+#include "ops/cuda/launch.cuh"
+
 namespace mls::ops::cuda::kernels {
 namespace {
 
@@ -21,8 +23,10 @@ __global__ void sm_clock_probe_kernel(uint64_t* out, int64_t cycles) {
 
 }  // namespace
 
+// Serial, and without pdl_begin: it starts once the stream's previous kernel has finished, and
+// the next one only once it has, so it reads the clock between the two.
 cudaError_t launch_sm_clock_probe(uint64_t* out, int64_t cycles, cudaStream_t stream) {
-  sm_clock_probe_kernel<<<1, 1, 0, stream>>>(out, cycles);
+  launch_serial(sm_clock_probe_kernel, 1, 1, 0, stream, out, cycles);
   return cudaGetLastError();
 }
 

@@ -81,7 +81,7 @@ Tensor norm_weight(int64_t n, uint32_t seed) {
   return w;
 }
 
-// ---------------------------------------------------------------- copy, scatter, gather
+// ---------------------------------------------------------------- the bench's clock probe
 
 // The bench's clock probe (clock_probe_kernels.h): it spins at least the cycles asked, and cycles
 // over nanoseconds is a clock an SM can run at.
@@ -103,6 +103,8 @@ TEST(CudaClockProbe, SpinsTheCyclesAskedAtAPlausibleClock) {
               mhz);
   cudaFreeHost(out);
 }
+
+// ---------------------------------------------------------------- copy, scatter, gather
 
 TEST(CudaCopy, HostDeviceRoundTripIsExact) {
   MLS_REQUIRE_GPU();

@@ -194,8 +194,9 @@ DType weight_dtype(const io::ModelConfig& c, const WeightSpec& spec, Device devi
              : DType::kBF16;
 }
 
-int64_t block_scale_bytes(int64_t rows, int64_t cols) {
-  return (rows + 127) / 128 * ((cols + 127) / 128) * static_cast<int64_t>(sizeof(float));
+// The 128-wide scale blocks (weight_dtype's) covering n rows or columns.
+static int64_t scale_blocks(int64_t n) {
+  return (n + 127) / 128;
 }
 
 // Deterministic values in [-a, a] from the tensor's name and index (see ops::UniformFill), so a
@@ -273,8 +274,8 @@ class WeightLoader {
   void fill_fp8(const WeightSpec& spec) const {
     Tensor& dest = *spec.dest;
     const int64_t rows = dest.dim(0), cols = dest.dim(1);
-    const io::Slice srows{spec.rows.start / 128, (rows + 127) / 128};
-    const io::Slice scols{spec.cols.start / 128, (cols + 127) / 128};
+    const io::Slice srows{spec.rows.start / 128, scale_blocks(rows)};
+    const io::Slice scols{spec.cols.start / 128, scale_blocks(cols)};
     // A group member's scales are its rows of the group's (the group pads them once, at the end).
     Tensor scale =
         spec.group ? spec.group->block_scale()->narrow(0, spec.group_row / 128, srows.len)
@@ -295,10 +296,9 @@ class WeightLoader {
       std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
       ckpt_->read_raw(spec.name, DType::kFP8E4M3, spec.full_shape, q.data(), spec.rows, spec.cols);
       ops::copy(Tensor::wrap(q.data(), dest.shape(), DType::kFP8E4M3), dest);
-      const int64_t full_sr = (spec.full_shape[0] + 127) / 128;
-      const int64_t full_sc = (spec.full_shape[1] + 127) / 128;
       std::vector<float> s(static_cast<size_t>(srows.len * scols.len));
-      const std::vector<int64_t> scale_shape{full_sr, full_sc};
+      const std::vector<int64_t> scale_shape{scale_blocks(spec.full_shape[0]),
+                                             scale_blocks(spec.full_shape[1])};
       ckpt_->read_raw(spec.name + "_scale_inv", DType::kF32, scale_shape, s.data(), srows, scols);
       ops::copy(Tensor::wrap(s.data(), scale.shape(), DType::kF32), scale);
     }
@@ -384,7 +384,7 @@ ModelWeights load_weights(const io::ModelConfig& c, const ParallelContext& p,
       const int64_t cols = spec.local_shape[1];
       *spec.group = Tensor::empty({rows, cols}, loader.dtype_of(spec), MemTag::kWeights, alloc);
       if (spec.group->dtype() == DType::kFP8E4M3)
-        spec.group->set_block_scale(Tensor::empty({(rows + 127) / 128, (cols + 127) / 128},
+        spec.group->set_block_scale(Tensor::empty({scale_blocks(rows), scale_blocks(cols)},
                                                   DType::kF32, MemTag::kWeights, alloc));
       groups.push_back(spec.group);
     }

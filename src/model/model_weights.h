@@ -102,8 +102,6 @@ std::vector<WeightSpec> weight_table(const io::ModelConfig& c, const ParallelCon
 // whole 128 × 128 blocks, which stay FP8 (e4m3) with an f32 block_scale.
 DType weight_dtype(const io::ModelConfig& c, const WeightSpec& spec, Device device,
                    bool has_scales);
-// Bytes of the block scales an FP8 weight of local shape [rows, cols] carries.
-int64_t block_scale_bytes(int64_t rows, int64_t cols);
 
 enum class LoadFormat { kAuto, kDummy };
 LoadFormat parse_load_format(const std::string& s);

@@ -49,6 +49,12 @@ struct MoeFp8GemmArgs {
   // accumulator, 32, 64 or 128; 0: moe_fp8_tc_promote_k(gated) (bench/fp8_kernels_benchmark
   // sweeps it).
   int promote_k = 0;
+  // Tensor-core kernel: 1 pairs each expert's 64-row units into 128-row tiles under half a weight
+  // tile (20 % fewer bytes a K block, the same MMAs), 0 keeps 64-row tiles. Measured once each on
+  // an H100 (8,192 tokens): down 2.5 % faster paired at its 128-K promotions, slower at 32 and 64
+  // K; gate·up 5 % slower; prefill 2 % slower with both paired (bench/RESULTS.md, session 38).
+  // Off until an A/B in the stream says otherwise; bench/fp8_kernels_benchmark times both.
+  int pair_units = 0;
   // Tensor-core kernel: scratch::moe_fp8_tc_workspace_bytes(experts) bytes, 128-byte aligned
   // (written by each launch: the experts' weight maps and the tile counter).
   void* tc_workspace = nullptr;

@@ -284,13 +284,13 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
       }
       // At the default interval, 64-row tiles against units paired into 128-row tiles.
       a.promote_k = 0;
-      for (const int pairs : {0, 1}) {
+      for (const bool pairs : {false, true}) {
         a.pair_units = pairs;
         report(pairs ? "tc pairs" : "tc units", time_graph(stream, iters, [&](int) {
                  check(k::launch_moe_fp8_gemm_tc(a, stream), "experts (tensor cores)");
                }));
       }
-      a.pair_units = 0;
+      a.pair_units = false;
       a.y = y;
       std::printf("\n");
     }

@@ -197,7 +197,7 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
   for (int tile = blockIdx.x;; tile += gridDim.x) {
     if constexpr (counted_tiles(kGated)) tile = tiles ? take_tile(counter, tp) : read_tile(tp);
     Tile t;
-    if (!find_tile(cum, a.experts, n_tiles, a.pair_units > 0, a.offsets, tile, n_step, t)) break;
+    if (!find_tile(cum, a.experts, n_tiles, a.pair_units, a.offsets, tile, n_step, t)) break;
     if (tiles) {
       const TmaMap* w = maps + (kGated ? 2 : 1) * t.e;
       tma_map_acquire(w);
@@ -473,7 +473,7 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
   for (int tile = blockIdx.x;; tile += gridDim.x) {
     if constexpr (counted_tiles(kGated)) tile = read_tile(tp);
     Tile t;
-    if (!find_tile(cum, a.experts, n_tiles, a.pair_units > 0, a.offsets, tile, n_step, t)) break;
+    if (!find_tile(cum, a.experts, n_tiles, a.pair_units, a.offsets, tile, n_step, t)) break;
     if constexpr (kWgc == 1) {
       if (t.pair)
         run_tile.template operator()<true>(t);
@@ -611,7 +611,6 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   const int promote_k = a.promote_k > 0 ? a.promote_k : moe_fp8_tc_promote_k(a.gated);
   const int sub = promote_k == 32 ? 0 : promote_k == 64 ? 1 : promote_k == 128 ? 2 : -1;
   if (sub < 0) return cudaErrorInvalidValue;
-  if (a.pair_units != 0 && a.pair_units != 1) return cudaErrorInvalidValue;
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
   // Serially (launch_serial says why).

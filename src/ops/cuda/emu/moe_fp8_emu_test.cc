@@ -50,7 +50,7 @@ struct Case {
   bool skinny = false;  // the skinny kernel (with `passes`), else the tensor-core one
   int passes = 0;
   int promote_k = 0;
-  int pair_units = 0;
+  bool pair_units = false;
   int sms = 0;  // the emulated device's multiprocessors: 0, an H200's 132
   uint32_t seed = 1;
   uint32_t schedule_seed = 0;
@@ -195,10 +195,10 @@ TEST(EmulatedMoeFp8, EveryPromotionInterval) {
 }
 
 // Row units paired into 128-row tiles under half a weight tile, and 64-row tiles throughout, for
-// both projections: odd and even unit counts (5, 4, 3), a pair whose
-// second unit holds two rows (66), lone units (1, 60), and a weight half partly past N (N = 200).
+// both projections: odd and even unit counts (5, 4, 3), a pair whose second unit holds two rows
+// (66), lone units (1, 60), and a weight half partly past N (N = 200).
 TEST(EmulatedMoeFp8, PairedAndUnpairedUnits) {
-  for (const int pairs : {0, 1})
+  for (const bool pairs : {false, true})
     for (const bool gated : {false, true}) {
       Case c;
       c.rows_per_expert = {150, 0, 1, 66, 60, 257, 256};
@@ -214,7 +214,7 @@ TEST(EmulatedMoeFp8, PairedAndUnpairedUnits) {
 // consumers across tiles and around the ring of slots many times (K of nine blocks, more than the
 // ring holds), with 64-row tiles and with paired units.
 TEST(EmulatedMoeFp8, FewCtasWalkManyTilesAroundTheRing) {
-  for (const int pairs : {0, 1})
+  for (const bool pairs : {false, true})
     for (const bool gated : {false, true}) {
       Case c;
       c.rows_per_expert = {150, 0, 1, 60, 0, 257};

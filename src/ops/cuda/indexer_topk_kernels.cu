@@ -18,7 +18,7 @@
 // lowest-indexed keys equal to it, written in ascending index order through a block scan, so
 // the result is deterministic. Rows short enough are cached in shared memory for the passes.
 // Steps whose rows all fit in registers (key_bound <= kRegKeys: decode at up to 8k context)
-// take topk_reg_kernel instead: 1024 threads hold 8 consecutive keys each, three passes of 12,
+// take topk_reg_kernel instead: 512 threads hold 16 consecutive keys each, three passes of 12,
 // 12 and 8 bits (later passes only count the keys still matching the prefix) find the same
 // k-th key and count of equal keys kept, and one block scan writes the same list.
 #include <cuda_bf16.h>
@@ -374,9 +374,10 @@ __global__ void __launch_bounds__(kTopkThreads)
   }
 }
 
-constexpr int kRegThreads = 1024;
+constexpr int kRegThreads = 512;
 constexpr int kRegWarps = kRegThreads / 32;
-constexpr int kRegPerThread = 8;
+static_assert(kRegWarps <= 32);  // reg_block_scan: one warp scans the warps' sums
+constexpr int kRegPerThread = 16;
 constexpr int kRegKeys = kRegThreads * kRegPerThread;
 constexpr int kRegBins = 4096;  // 12-bit digits
 
@@ -392,14 +393,14 @@ __device__ __forceinline__ uint32_t reg_block_scan(uint32_t v, uint32_t* warp_su
   }
   if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
-  if (warp == 0) {
-    uint32_t w = warp_sums[lane];
+  if (warp == 0) {  // kRegWarps <= 32 warps' sums, scanned by one warp
+    uint32_t w = lane < kRegWarps ? warp_sums[lane] : 0u;
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
       const uint32_t u = __shfl_up_sync(0xffffffffu, w, off);
       if (lane >= off) w += u;
     }
-    warp_sums[lane] = w;
+    if (lane < kRegWarps) warp_sums[lane] = w;
   }
   __syncthreads();
   const uint32_t r = incl + (warp > 0 ? warp_sums[warp - 1] : 0);
@@ -426,16 +427,20 @@ __global__ void __launch_bounds__(kRegThreads)
     return;
   }
 
-  // Keys j0 .. j0 + 7 of this thread (ld is a multiple of 4 floats: 16-byte loads).
+  // Keys j0 .. j0 + kRegPerThread - 1 of this thread (ld is a multiple of 4 floats: 16-byte
+  // loads).
   const float* row = scores + static_cast<int64_t>(blockIdx.x) * ld;
   const int j0 = tid * kRegPerThread;
   uint32_t u[kRegPerThread];
   if (j0 + kRegPerThread <= n) {
-    const float4 a = *reinterpret_cast<const float4*>(row + j0);
-    const float4 b = *reinterpret_cast<const float4*>(row + j0 + 4);
-    const float v[kRegPerThread] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-    for (int e = 0; e < kRegPerThread; ++e) u[e] = order_key(v[e]);
+    for (int e = 0; e < kRegPerThread; e += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(row + j0 + e);
+      u[e] = order_key(v.x);
+      u[e + 1] = order_key(v.y);
+      u[e + 2] = order_key(v.z);
+      u[e + 3] = order_key(v.w);
+    }
   } else {
 #pragma unroll
     for (int e = 0; e < kRegPerThread; ++e) u[e] = j0 + e < n ? order_key(row[j0 + e]) : 0u;
@@ -454,17 +459,25 @@ __global__ void __launch_bounds__(kRegThreads)
     for (int e = 0; e < kRegPerThread; ++e)
       if (e < valid && (u[e] & mask) == prefix) atomicAdd(&hist[(u[e] >> shift) & (bins - 1)], 1u);
     __syncthreads();
-    // Thread i owns 4 bins from the top (bins - 1 - 4i down to bins - 4 - 4i); the first thread
-    // whose running count from the top reaches rem holds the digit.
-    // Its 4 bins in one 16-byte load (4 bins a lane, 4 bytes apart, were 4-way bank conflicts);
-    // bins is a multiple of 4, so a thread's bins lie all below it or all past it.
+    // Thread i owns `per` bins from the top (bins - 1 - per i down); the first thread whose
+    // running count from the top reaches rem holds the digit. Its bins in 16-byte loads (4 bins
+    // a lane, 4 bytes apart, were 4-way bank conflicts); bins is a multiple of per, so a
+    // thread's bins lie all below it or all past it.
     constexpr int per = kRegBins / kRegThreads;
-    static_assert(per == 4);
+    static_assert(per % 4 == 0 && 256 % per == 0);
     const int hi = bins - 1 - tid * per;
-    uint4 four = make_uint4(0u, 0u, 0u, 0u);
-    if (hi >= 0) four = *reinterpret_cast<const uint4*>(hist + hi - 3);
-    const uint32_t cnt[per] = {four.w, four.z, four.y, four.x};  // bins hi, hi - 1, ..
-    const uint32_t sum = cnt[0] + cnt[1] + cnt[2] + cnt[3];
+    uint32_t cnt[per];  // bins hi, hi - 1, ..
+    uint32_t sum = 0;
+#pragma unroll
+    for (int q = 0; q < per / 4; ++q) {
+      uint4 four = make_uint4(0u, 0u, 0u, 0u);
+      if (hi >= 0) four = *reinterpret_cast<const uint4*>(hist + hi - 3 - 4 * q);
+      cnt[4 * q] = four.w;
+      cnt[4 * q + 1] = four.z;
+      cnt[4 * q + 2] = four.y;
+      cnt[4 * q + 3] = four.x;
+      sum += four.x + four.y + four.z + four.w;
+    }
     uint32_t total;
     const uint32_t incl = reg_block_scan(sum, warp_sums, &total);
     const uint32_t before0 = incl - sum;

@@ -2,8 +2,7 @@
 // of every decode linear (1 and 8 tokens; alone and as a pair of weights in one launch), the
 // activation quantisation, and the grouped expert GEMMs (gate·up with SiLU, down): the skinny
 // kernel at decode batch sizes for the pass counts the launcher chooses between, and the
-// tensor-core kernel at every size (prefill: 8,192 tokens) at each promotion interval and with its
-// row units paired or not, so that the launchers' choices are
+// tensor-core kernel at every size (prefill: 8,192 tokens), so that the launchers' choices are
 // measurements (bench/RESULTS.md); TFLOP/s against the 1,979 dense FP8 peak. Launches are captured
 // in a CUDA graph, as serving replays them, and rotate over enough weight copies that every launch
 // reads its weights from DRAM. Figures: µs per launch and the weight bytes read per second against
@@ -282,15 +281,6 @@ void bench_experts(cudaStream_t stream, int iters, const std::vector<int64_t>& b
                }));
         std::printf(" rel-L2 to skinny %.1e", rel_l2_diff(y, y_tc, R * a.N));
       }
-      // At the default interval, 64-row tiles against units paired into 128-row tiles.
-      a.promote_k = 0;
-      for (const bool pairs : {false, true}) {
-        a.pair_units = pairs;
-        report(pairs ? "tc pairs" : "tc units", time_graph(stream, iters, [&](int) {
-                 check(k::launch_moe_fp8_gemm_tc(a, stream), "experts (tensor cores)");
-               }));
-      }
-      a.pair_units = false;
       a.y = y;
       std::printf("\n");
     }

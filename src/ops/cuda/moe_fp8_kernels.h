@@ -49,10 +49,6 @@ struct MoeFp8GemmArgs {
   // accumulator, 32, 64 or 128; 0: moe_fp8_tc_promote_k(gated) (bench/fp8_kernels_benchmark
   // sweeps it).
   int promote_k = 0;
-  // Tensor-core kernel: pair each expert's row units into 128-row tiles under half a weight tile
-  // (moe_fp8_tc_kernels.cu); off, as no faster yet (docs/design.md; bench/fp8_kernels_benchmark
-  // times both).
-  bool pair_units = false;
   // Tensor-core kernel: scratch::moe_fp8_tc_workspace_bytes(experts) bytes, 128-byte aligned
   // (written by each launch: the experts' weight maps and the tile counter).
   void* tc_workspace = nullptr;
@@ -63,13 +59,13 @@ struct MoeFp8GemmArgs {
 };
 cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
 
-// The same on the tensor cores (sm_90a wgmma): each expert's rows in units of kMoeFp8TcRowTile, a
+// The same on the tensor cores (sm_90a wgmma): tiles of kMoeFp8TcRowTile of each expert's rows, a
 // persistent grid of one CTA per SM. Ignores `active`, `max_active` and `passes`; needs
 // E <= kMoeMaxExperts, ldq % 16 == 0, N % 8 == 0, and y 16-byte aligned with ldy % 8 == 0. Not
 // bitwise equal to launch_moe_fp8_gemm (fp32 sums inside a 128-wide K block come in the tensor
 // core's order).
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream);
-// Its row unit: each expert's rows are padded up to a multiple of it.
+// Its row tile: each expert's rows are padded up to a multiple of it.
 inline constexpr int kMoeFp8TcRowTile = 64;
 
 // The scale a promotion of a chain of `mmas` MMAs takes on a device whose FP8 MMAs keep

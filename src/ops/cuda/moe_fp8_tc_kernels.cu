@@ -18,21 +18,19 @@ namespace {
 
 // ---- Grouped block-FP8 experts on the tensor cores (steps of many rows: prefill) -------------
 //
-// Each expert's rows (contiguous after ops::moe_align) are cut into 64-row units, padded to a unit
-// (GLM-5's 8,192-token prefill, 256 experts: 12 % padding rows; 24 % in units of 128). A weight
-// tile is 256 weight rows (gated: for 128 SwiGLU outputs, each half 64 gate rows and the same 64 up
-// rows), K in blocks of 128, the checkpoint's scale block. A unit tile is 64 rows × a whole weight
-// tile (8 + 32 KB a K block). Where units pair (MoeFp8GemmArgs::pair_units, off by default) an
-// expert's units pair up into tiles of 128 rows × one half of a weight tile (16 + 16 KB), its odd
-// last unit a unit tile: the same MMAs, 20 % fewer bytes a K block. Either way each consumer
-// warpgroup multiplies 64 rows by 128 weight rows. Tiles are numbered expert by expert, within an
-// expert weight tile by weight tile, its pairs under the first half, then under the second, then
-// its odd unit (else its units in turn), so that the CTAs running side by side share a weight tile
-// (read from DRAM once, L2 serving the rest) and an expert's rows (in L2). A persistent grid of one
-// CTA per SM walks the tiles: gate·up's at a fixed stride from its block index, down's in turn from
-// a counter zeroed before each launch (counted_tiles), so that the CTAs running a weight tile's row
-// tiles start them within moments of each other. Every CTA scans the device-side offsets once into
-// shared memory, so nothing waits on the host.
+// Each expert's rows (contiguous after ops::moe_align) are cut into 64-row tiles; an output tile is
+// 64 rows × 256 weight rows (gated: for 128 SwiGLU outputs, each half 64 gate rows and the same 64
+// up rows), K in blocks of 128, the checkpoint's scale block. 64 rows rather than 128: an expert's
+// rows are padded to a tile less (GLM-5's 8,192-token prefill, 256 experts: 12 % padding rows
+// instead of 24 %), for 25 % more bytes a K block per MMA (8 + 32 KB for 64 × 256 against 16 + 16
+// KB for 128 × 128); gate·up took 8.5 % less time, down 1 % more (bench/RESULTS.md, session 31).
+// Tiles are numbered expert by expert, within an expert weight tile by weight tile with its row
+// tiles adjacent, so the CTAs running side by side share a weight tile (read from DRAM once, L2
+// serving the rest) and an expert's rows (in L2). A persistent grid of one CTA per SM walks the
+// tiles: gate·up's at a fixed stride from its block index, down's in turn from a counter zeroed
+// before each launch (counted_tiles), so that the CTAs running a weight tile's row tiles start them
+// within moments of each other. Every CTA scans the device-side offsets once into shared memory, so
+// nothing waits on the host.
 //
 // A CTA is three warpgroups, specialised. The producer copies K blocks into a kStages-deep ring of
 // 128-byte-swizzled shared tiles: one thread issues the tiles with TMA, a warp copies the block's
@@ -64,12 +62,8 @@ constexpr int kFillArrivals = 1 + 32;
 // A K block of each operand (e4m3): the tile's activation rows, and its weight rows (each
 // consumer warpgroup's 128: one 1,024-byte-aligned half).
 constexpr int kABytes = kBM * kBK, kBBytes = kBN * kBK, kBHalfBytes = kBBytes / 2;
-// A pair tile's second unit of activation rows lies in its slot's second weight half, which the
-// tile leaves free.
-static_assert(kABytes <= kBHalfBytes);
-// Per slot: A and B tiles, then a pair's 2 kBM activation scales and the block's (up to) two
-// weight scales (at kWScale).
-constexpr int kWScale = 2 * kBM, kScaleFloats = kWScale + 4, kScaleBytes = kScaleFloats * 4;
+// Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
+constexpr int kScaleBytes = (kBM + 4) * 4;
 constexpr int kSmemBytes = kStages * (kABytes + kBBytes + kScaleBytes) + 1024 /* alignment */;
 
 // A tile's outputs: gated, 128 SwiGLU outputs of its 256 weight rows; else one per weight row.
@@ -81,16 +75,13 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
   return g / (1.0f + __expf(-g)) * u;
 }
 
-// Tile `tile` of the numbering above: its expert, first row, end of the expert's rows, first
-// weight row (gated: first output) and kind (a pair of units under half a weight tile, or one unit
-// under a whole one); false past the last tile. cum[e] = 64-row units of the experts before e; an
-// expert has as many tiles under each weight tile as it has units. In 32 bits (a 64-bit division
-// is a call, and the producer has few registers).
+// Tile `tile` of the numbering above: its expert, first row, end of the expert's rows and first
+// weight row; false past the last tile. cum[e] = row tiles of the experts before e. In 32 bits
+// (a 64-bit division is a call, and the producer has few registers).
 struct Tile {
   int e, r0, r_end, n0;
-  bool pair;
 };
-__device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles, bool paired,
+__device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
                                           const int32_t* offsets, int tile, int n_step, Tile& t) {
   const int q = tile / n_tiles;  // cum[e] · n_tiles <= tile < cum[e + 1] · n_tiles
   if (q >= cum[E]) return false;
@@ -102,19 +93,12 @@ __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles, bo
     else
       hi = mid;
   }
-  const int units = cum[lo + 1] - cum[lo], pairs = paired ? units / 2 : 0;
+  const int m_tiles = cum[lo + 1] - cum[lo];
   const int local = tile - cum[lo] * n_tiles;
-  const int i = local % units;
   t.e = lo;
+  t.r0 = offsets[lo] + (local % m_tiles) * kBM;
   t.r_end = offsets[lo + 1];
-  t.n0 = (local / units) * n_step;
-  t.pair = i < 2 * pairs;
-  if (t.pair) {
-    t.r0 = offsets[lo] + (i % pairs) * 2 * kBM;
-    t.n0 += (i / pairs) * (n_step / 2);
-  } else {
-    t.r0 = offsets[lo] + i * kBM;
-  }
+  t.n0 = (local / m_tiles) * n_step;
   return true;
 }
 
@@ -170,16 +154,15 @@ __device__ __forceinline__ int read_tile(TilePos& p) {
 
 struct Ring {
   uint8_t* a;       // [kStages][kBM rows][128 bytes]
-  uint8_t* b;       // [kStages][2 halves][kBN / 2 rows][128 bytes]
-  float* scales;    // [kStages][kScaleFloats]
+  uint8_t* b;       // [kStages][2 warpgroups][kBN / 2 rows][128 bytes]
+  float* scales;    // [kStages][kBM + 4]
   uint64_t* full;   // [kStages]
   uint64_t* empty;  // [kStages]
 };
 
 // The producer warpgroup's two busy warps. Warp 0's first lane issues a K block's tiles with TMA
-// onto the slot's `full` barrier, counted in bytes: a unit tile's 64 rows of activations and its
-// 256 weight rows (gated: per half 64 gate rows, then the same 64 up rows); a pair tile's 128 rows
-// (the second 64 in the second weight half) and its half's 128 weight rows; zeros past N and K.
+// onto the slot's `full` barrier, counted in bytes: the tile's 64 rows of activations and its 256
+// weight rows (gated: per half 64 gate rows, then the same 64 up rows), zeros past N and K.
 // Activation rows past the expert's are the next expert's (zeros past the last row): they reach
 // only accumulator rows the epilogue does not store, their scales zero. Warp 1 copies the block's
 // scales with cp.async (lane l: tile rows l + 32 i; lanes 0 and 1 the block's weight scales), each
@@ -197,7 +180,7 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
   for (int tile = blockIdx.x;; tile += gridDim.x) {
     if constexpr (counted_tiles(kGated)) tile = tiles ? take_tile(counter, tp) : read_tile(tp);
     Tile t;
-    if (!find_tile(cum, a.experts, n_tiles, a.pair_units, a.offsets, tile, n_step, t)) break;
+    if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
     if (tiles) {
       const TmaMap* w = maps + (kGated ? 2 : 1) * t.e;
       tma_map_acquire(w);
@@ -205,24 +188,24 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
       for (int kb = 0; kb < KB; ++kb) {
         mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
         const uint32_t full = full0 + 8 * pos.slot, k = kb * kBK;
-        const uint32_t b = b0 + pos.slot * kBBytes;
-        mbar_arrive_expect_tx(full, t.pair ? 2 * kABytes + kBHalfBytes : kABytes + kBBytes);
+        mbar_arrive_expect_tx(full, kABytes + kBBytes);
         tma_load_2d(a0 + pos.slot * kABytes, &a_map, full, k, t.r0);
-        if (t.pair) tma_load_2d(b + kBHalfBytes, &a_map, full, k, t.r0 + kBM);
-        for (int h = 0; h < (t.pair ? 1 : 2); ++h) {
-          if constexpr (kGated) {  // a half: its 64 outputs' gate rows, then their up rows
+        const uint32_t b = b0 + pos.slot * kBBytes;
+        if constexpr (kGated) {  // each half: its 64 outputs' gate rows, then their up rows
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
             tma_load_2d(b + h * kBHalfBytes, w, full, k, t.n0 + h * kBN / 4);
             tma_load_2d(b + h * kBHalfBytes + kBHalfBytes / 2, w + 1, full, k, t.n0 + h * kBN / 4);
-          } else {
-            tma_load_2d(b + h * kBHalfBytes, w, full, k, t.n0 + h * kBN / 2);
           }
+        } else {
+          tma_load_2d(b, w, full, k, t.n0);
         }
         pos.advance();
       }
     } else {
       const float* xs = a.x_scale + t.r0 + lane;
-      // Lanes 0 and 1: gated, the gate and the up block of the tile's outputs; else the blocks
-      // of the tile's two weight halves (the second past N: zero; a pair tile's: unused).
+      // Lanes 0 and 1: gated, the gate and the up block of the tile's 128 outputs; else the
+      // blocks of the warpgroups' 128 weight rows each (the second past N: zero).
       const bool w_ok = lane < 2;
       const int n_blk = t.n0 / 128 + (kGated ? 0 : lane);
       const float* ws =
@@ -231,13 +214,12 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
       const int w_bytes = n_blk * 128 < a.N ? 4 : 0;
       for (int kb = 0; kb < KB; ++kb) {
         mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
-        float* sc = ring.scales + pos.slot * kScaleFloats;
+        float* sc = ring.scales + pos.slot * (kBM + 4);
 #pragma unroll
-        for (int i = 0; i < kWScale / 32; ++i)
-          if (t.pair || i < kBM / 32)
-            cp_async4(sc + lane + 32 * i, xs + kb * a.x_scale_ld + 32 * i,
-                      t.r0 + lane + 32 * i < t.r_end ? 4 : 0);
-        if (w_ok) cp_async4(sc + kWScale + lane, ws + kb, w_bytes);
+        for (int i = 0; i < kBM / 32; ++i)
+          cp_async4(sc + lane + 32 * i, xs + kb * a.x_scale_ld + 32 * i,
+                    t.r0 + lane + 32 * i < t.r_end ? 4 : 0);
+        if (w_ok) cp_async4(sc + kBM + lane, ws + kb, w_bytes);
         cp_async_mbar_arrive(&ring.full[pos.slot]);
         pos.advance();
       }
@@ -253,11 +235,12 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
 // Gate·up keeps its 4-byte stores (store_swiglu): given these, it read its weights from DRAM
 // 2.5 times and took 65 % longer, as with any epilogue tried that changed its timing
 // (bench/RESULTS.md, session 31).
+template <int kWgc>
 __device__ __forceinline__ void store_plain(const MoeFp8GemmArgs& a, const Tile& t,
-                                            const float (&acc)[64], int64_t row0, int64_t col0) {
+                                            const float (&acc)[64], int64_t row0, int n_step) {
   const int q = threadIdx.x & 3;
   // This lane's chunks start at column n_lane + 32 g.
-  const int64_t n_lane = col0 + 8 * q;
+  const int64_t n_lane = t.n0 + kWgc * (n_step / 2) + 8 * q;
   const int64_t n_left = a.N - n_lane;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -294,13 +277,14 @@ __device__ __forceinline__ void store_plain(const MoeFp8GemmArgs& a, const Tile&
 
 // A warpgroup's SwiGLU outputs of a finished gated tile, bf16, a thread's two columns of a chunk
 // at a time.
+template <int kWgc>
 __device__ __forceinline__ void store_swiglu(const MoeFp8GemmArgs& a, const Tile& t,
-                                             const float (&acc)[64], int64_t row0, int64_t col0) {
+                                             const float (&acc)[64], int64_t row0, int n_step) {
   auto* y = static_cast<__nv_bfloat16*>(a.y);
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int64_t n = col0 + 8 * j + 2 * (lane & 3);
+    const int64_t n = t.n0 + kWgc * (n_step / 2) + 8 * j + 2 * (lane & 3);
     if (n >= a.N) continue;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -313,13 +297,11 @@ __device__ __forceinline__ void store_swiglu(const MoeFp8GemmArgs& a, const Tile
   }
 }
 
-// A consumer warpgroup (kWgc 0 or 1): of a unit tile, its 64 rows times the weight half kWgc; of a
-// pair tile, the unit kWgc times the tile's weight half (for warpgroup 0 the same operands, scales
-// and outputs either way), kSub MMAs (32 K each) accumulated in the tensor cores before each
-// promotion to the fp32 accumulator. Every address the MMAs and barriers take derives from
-// compile-time and CTA-uniform values only (the warpgroup and, for warpgroup 1, the tile's kind are
-// template arguments, the barriers' shared addresses are converted once), so ptxas keeps them in
-// uniform registers. Those still take issue slots, and nothing a sub-partition issues
+// A consumer warpgroup (kWgc 0 or 1: the tile's rows times its weight rows 128 kWgc ..): kSub MMAs
+// (32 K each) accumulated in the tensor cores before each promotion to the fp32 accumulator. Every
+// address the MMAs and barriers take derives from compile-time and CTA-uniform values only (the
+// warpgroup is a template argument, the barriers' shared addresses are converted once), so ptxas
+// keeps them in uniform registers. Those still take issue slots, and nothing a sub-partition issues
 // overlaps its MMAs: per K block gate·up issues 47 uniform instructions beside its 128 promotion
 // FFMAs (bench/RESULTS.md, session 32).
 template <bool kGated, int kSub, int kWgc>
@@ -330,16 +312,19 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
   const int frag_row = warp * 16 + (lane >> 2);
   // A descriptor's high word (swizzle mode, stride) is the same for every slot; only the start
   // address in the low word moves, by 32-bit additions that cannot carry out of its field.
-  const uint64_t desc_a = wgmma_desc_sw128(ring.a), desc_b = wgmma_desc_sw128(ring.b);
+  const uint64_t desc_a = wgmma_desc_sw128(ring.a),
+                 desc_b = wgmma_desc_sw128(ring.b + kWgc * kBHalfBytes);
   const uint32_t desc_hi = static_cast<uint32_t>(desc_a >> 32);
-  // The low words of a slot 0's activations (its own), and of its weight halves 0 and 1.
-  const uint32_t a_lo = static_cast<uint32_t>(desc_a), b0_lo = static_cast<uint32_t>(desc_b),
-                 b1_lo = b0_lo + (kBHalfBytes >> 4);
+  const uint32_t a_lo = static_cast<uint32_t>(desc_a), b_lo = static_cast<uint32_t>(desc_b);
   const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
   RingPos<kStages> pos;
-  // A tile's K blocks, then its outputs.
-  const auto run_tile = [&]<bool kPair>(const Tile& t) {
+  TilePos tp;
+  for (int tile = blockIdx.x;; tile += gridDim.x) {
+    if constexpr (counted_tiles(kGated)) tile = read_tile(tp);
+    Tile t;
+    if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
+
     float acc[64], p0[64], p1[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -381,10 +366,10 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
         prev_slot = slot;
         slot = pos.slot;
         pos.advance();
-        const float* sc = ring.scales + slot * kScaleFloats + (kPair ? kWgc * kBM : 0);
+        const float* sc = ring.scales + slot * (kBM + 4);
         const float sx0 = sc[frag_row], sx1 = sc[frag_row + 8];
-        const float* sw = ring.scales + slot * kScaleFloats + kWScale;
-        const float sw1 = sw[kGated || kPair ? 0 : kWgc] * gain, sw2 = kGated ? sw[1] * gain : sw1;
+        const float sw1 = sc[kBM + (kGated ? 0 : kWgc)] * gain,
+                    sw2 = kGated ? sc[kBM + 1] * gain : sw1;
 #pragma unroll
         for (int k = 0; k < 4; ++k) fp[k] = fc[k];
         fc[0] = sx0 * sw1;
@@ -393,18 +378,15 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
         fc[3] = sx1 * sw2;
       }
       // The slot's tiles: kABytes and kBBytes further per slot, +32 bytes of K per MMA (2 in
-      // the descriptors' 16-byte units). Warpgroup 1 of a pair tile: its rows in the second
-      // weight half, its weights in the first.
-      constexpr bool kRowsInB = kPair && kWgc == 1;
+      // the descriptors' 16-byte units).
       const uint32_t k_step = 2 * kSub * sub;
-      const uint32_t a_step = slot * ((kRowsInB ? kBBytes : kABytes) >> 4) + k_step,
+      const uint32_t a_step = slot * (kABytes >> 4) + k_step,
                      b_step = slot * (kBBytes >> 4) + k_step;
-      const uint32_t a_base = kRowsInB ? b1_lo : a_lo, b_base = kPair || kWgc == 0 ? b0_lo : b1_lo;
       wgmma_fence_operands(cur);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kSub; ++k)
-        wgmma_e4m3_m64n128k32(cur, desc(a_base + a_step + 2 * k), desc(b_base + b_step + 2 * k), k);
+        wgmma_e4m3_m64n128k32(cur, desc(a_lo + a_step + 2 * k), desc(b_lo + b_step + 2 * k), k);
       wgmma_commit();
     };
     // Sub-step i into `cur`, then sub-step i - 1 promoted from `prev` once its MMAs are done; a
@@ -461,27 +443,10 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     tail(std::make_integer_sequence<int, kU>{});
     release(slot);
 
-    // Its outputs: a pair tile's rows 64 kWgc .. under the tile's own weight rows.
-    const int64_t row0 = t.r0 + (kPair ? kWgc * kBM : 0) + frag_row;
-    const int64_t col0 = t.n0 + (kPair ? 0 : kWgc * (n_step / 2));
     if constexpr (kGated)
-      store_swiglu(a, t, acc, row0, col0);
+      store_swiglu<kWgc>(a, t, acc, t.r0 + frag_row, n_step);
     else
-      store_plain(a, t, acc, row0, col0);
-  };
-  TilePos tp;
-  for (int tile = blockIdx.x;; tile += gridDim.x) {
-    if constexpr (counted_tiles(kGated)) tile = read_tile(tp);
-    Tile t;
-    if (!find_tile(cum, a.experts, n_tiles, a.pair_units, a.offsets, tile, n_step, t)) break;
-    if constexpr (kWgc == 1) {
-      if (t.pair)
-        run_tile.template operator()<true>(t);
-      else
-        run_tile.template operator()<false>(t);
-    } else {
-      run_tile.template operator()<false>(t);
-    }
+      store_plain<kWgc>(a, t, acc, t.r0 + frag_row, n_step);
   }
 }
 
@@ -592,8 +557,8 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   // The maps: the activations' for this launch, and each expert's weights' from a template at
   // the maps' own (aligned, device) address, retargeted on the device. The workspace holds them,
   // then the counter (scratch::moe_fp8_tc_workspace_bytes).
-  // A weight box: gated, one half's 64 gate (or up) rows; else a half's 128 weight rows.
-  const int n_rows = a.gated ? kBN / 4 : kBN / 2, per = a.gated ? 2 : 1;
+  // A weight box: gated, one warpgroup's 64 gate (or up) rows; else the tile's weight rows.
+  const int n_rows = a.gated ? kBN / 4 : kBN, per = a.gated ? 2 : 1;
   auto* maps = static_cast<TmaMap*>(a.tc_workspace);
   auto* counter = reinterpret_cast<int*>(static_cast<uint8_t*>(a.tc_workspace) +
                                          scratch::moe_fp8_tc_counter_offset(a.experts));

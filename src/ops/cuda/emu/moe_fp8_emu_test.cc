@@ -50,7 +50,6 @@ struct Case {
   bool skinny = false;  // the skinny kernel (with `passes`), else the tensor-core one
   int passes = 0;
   int promote_k = 0;
-  bool pair_units = false;
   int sms = 0;  // the emulated device's multiprocessors: 0, an H200's 132
   uint32_t seed = 1;
   uint32_t schedule_seed = 0;
@@ -102,7 +101,6 @@ Outcome run(const Case& c) {
   a.experts = E;
   a.rows = rows;
   a.promote_k = c.promote_k;
-  a.pair_units = c.pair_units;
   a.y = out.y.data();
   a.ldy = c.N;
   a.N = c.N;
@@ -194,38 +192,19 @@ TEST(EmulatedMoeFp8, EveryPromotionInterval) {
     }
 }
 
-// Row units paired into 128-row tiles under half a weight tile, and 64-row tiles throughout, for
-// both projections: odd and even unit counts (5, 4, 3), a pair whose second unit holds two rows
-// (66), lone units (1, 60), and a weight half partly past N (N = 200).
-TEST(EmulatedMoeFp8, PairedAndUnpairedUnits) {
-  for (const bool pairs : {false, true})
-    for (const bool gated : {false, true}) {
-      Case c;
-      c.rows_per_expert = {150, 0, 1, 66, 60, 257, 256};
-      c.gated = gated;
-      c.pair_units = pairs;
-      const Outcome r = run(c);
-      std::printf("%s, units %s: worst rel_l2 %.2e\n", gated ? "gated" : "plain",
-                  pairs ? "paired" : "alone", r.worst);
-    }
-}
-
 // A persistent grid of two CTAs: each walks many tiles, its producer running ahead of the
 // consumers across tiles and around the ring of slots many times (K of nine blocks, more than the
-// ring holds), with 64-row tiles and with paired units.
+// ring holds).
 TEST(EmulatedMoeFp8, FewCtasWalkManyTilesAroundTheRing) {
-  for (const bool pairs : {false, true})
-    for (const bool gated : {false, true}) {
-      Case c;
-      c.rows_per_expert = {150, 0, 1, 60, 0, 257};
-      c.K = 1040;
-      c.gated = gated;
-      c.pair_units = pairs;
-      c.sms = 2;
-      const Outcome r = run(c);
-      std::printf("%s on two CTAs, units %s: worst rel_l2 %.2e\n", gated ? "gated" : "plain",
-                  pairs ? "paired" : "alone", r.worst);
-    }
+  for (const bool gated : {false, true}) {
+    Case c;
+    c.rows_per_expert = {150, 0, 1, 60, 0, 257};
+    c.K = 1040;
+    c.gated = gated;
+    c.sms = 2;
+    const Outcome r = run(c);
+    std::printf("%s on two CTAs: worst rel_l2 %.2e\n", gated ? "gated" : "plain", r.worst);
+  }
 }
 
 // The skinny kernel of decode: one to four passes over each expert's rows (plain and gated),

@@ -24,13 +24,14 @@ namespace {
 // rows are padded to a tile less (GLM-5's 8,192-token prefill, 256 experts: 12 % padding rows
 // instead of 24 %), for 25 % more bytes a K block per MMA (8 + 32 KB for 64 × 256 against 16 + 16
 // KB for 128 × 128); gate·up took 8.5 % less time, down 1 % more (bench/RESULTS.md, session 31).
-// Tiles are numbered expert by expert, within an expert weight tile by weight tile with its row
-// tiles adjacent, so the CTAs running side by side share a weight tile (read from DRAM once, L2
-// serving the rest) and an expert's rows (in L2). A persistent grid of one CTA per SM walks the
-// tiles: gate·up's at a fixed stride from its block index, down's in turn from a counter zeroed
-// before each launch (counted_tiles), so that the CTAs running a weight tile's row tiles start them
-// within moments of each other. Every CTA scans the device-side offsets once into shared memory, so
-// nothing waits on the host.
+// A tile may take two of an expert's 64-row units under one weight tile (Shape, row_units): the
+// same padding, 48 KB a K block for twice the MMAs. Tiles are numbered expert by expert, within an
+// expert weight tile by weight tile with its row tiles adjacent, so the CTAs running side by side
+// share a weight tile (read from DRAM once, L2 serving the rest) and an expert's rows (in L2). A
+// persistent grid of one CTA per SM walks the tiles: gate·up's at a fixed stride from its block
+// index, down's in turn from a counter zeroed before each launch (counted_tiles), so that the CTAs
+// running a weight tile's row tiles start them within moments of each other. Every CTA scans the
+// device-side offsets once into shared memory, so nothing waits on the host.
 //
 // A CTA is three warpgroups, specialised. The producer copies K blocks into a kStages-deep ring of
 // 128-byte-swizzled shared tiles: one thread issues the tiles with TMA, a warp copies the block's
@@ -48,7 +49,6 @@ namespace {
 // bitwise equal to the skinny one.
 
 constexpr int kBM = kMoeFp8TcRowTile, kBN = 256, kBK = 128;
-constexpr int kStages = 5;
 constexpr int kWarpgroup = 128;
 constexpr int kThreads = 3 * kWarpgroup;  // the producer, then two consumers
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
@@ -59,12 +59,35 @@ static_assert(kWarpgroup * kProducerRegs + 2 * kWarpgroup * kConsumerRegs <=
 constexpr int kConsumerWarps = 2 * kWarpgroup / 32;
 // Arrivals that fill one: the TMA thread's (with the tiles' bytes) and the scale warp's lanes.
 constexpr int kFillArrivals = 1 + 32;
-// A K block of each operand (e4m3): the tile's activation rows, and its weight rows (each
-// consumer warpgroup's 128: one 1,024-byte-aligned half).
+// A K block of each operand (e4m3): a row unit's activation rows, and the tile's weight rows
+// (each consumer warpgroup's 128: one 1,024-byte-aligned half).
 constexpr int kABytes = kBM * kBK, kBBytes = kBN * kBK, kBHalfBytes = kBBytes / 2;
-// Per slot: A and B tiles, then kBM activation scales and the block's (up to) two weight scales.
-constexpr int kScaleBytes = (kBM + 4) * 4;
-constexpr int kSmemBytes = kStages * (kABytes + kBBytes + kScaleBytes) + 1024 /* alignment */;
+
+// Row units a tile takes (kUnits): one, or two consecutive units of an expert under the same
+// weight tile, each consumer warpgroup running both units' MMAs into one fragment in turn and
+// promoting them into an accumulator per unit (an expert's odd last unit is a tile of one). Two
+// move 48 KB a K block for twice the MMAs of one unit's 40 KB, and issue a block's waits and
+// scale reads once for both; each MMA is then waited for before its promotion, where one unit
+// overlaps the next sub-step's MMAs with the previous one's promotion.
+template <int kUnits>
+struct Shape {
+  static constexpr int kRows = kUnits * kBM;  // a tile's activation rows
+  // Per slot: the units' A tiles and the B tile, then kRows activation scales and the block's (up
+  // to) two weight scales.
+  static constexpr int kSlotABytes = kUnits * kABytes;
+  static constexpr int kScaleFloats = kRows + 4;
+  // As deep a ring as the opt-in shared memory takes beside the static variables (the offsets'
+  // scan, the barriers): 5 slots of one unit, 4 of two.
+  static constexpr int kStages = kUnits == 1 ? 5 : 4;
+  static constexpr int kSmemBytes =
+      kStages * (kSlotABytes + kBBytes + kScaleFloats * 4) + 1024 /* alignment */;
+};
+// The row units each projection's tiles take. Down, bound by its feed more than gate·up (its
+// promotions are a quarter as many), takes two; gate·up one (not yet measured on a GPU: branch
+// notes, session 40).
+__host__ __device__ constexpr int row_units(bool gated) {
+  return gated ? 1 : 2;
+}
 
 // A tile's outputs: gated, 128 SwiGLU outputs of its 256 weight rows; else one per weight row.
 __host__ __device__ constexpr int tile_outputs(bool gated) {
@@ -76,11 +99,13 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
 }
 
 // Tile `tile` of the numbering above: its expert, first row, end of the expert's rows and first
-// weight row; false past the last tile. cum[e] = row tiles of the experts before e. In 32 bits
+// weight row; false past the last tile. cum[e] = row tiles of the experts before e (of kUnits
+// row units each). In 32 bits
 // (a 64-bit division is a call, and the producer has few registers).
 struct Tile {
   int e, r0, r_end, n0;
 };
+template <int kUnits>
 __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
                                           const int32_t* offsets, int tile, int n_step, Tile& t) {
   const int q = tile / n_tiles;  // cum[e] · n_tiles <= tile < cum[e + 1] · n_tiles
@@ -96,7 +121,7 @@ __device__ __forceinline__ bool find_tile(const int* cum, int E, int n_tiles,
   const int m_tiles = cum[lo + 1] - cum[lo];
   const int local = tile - cum[lo] * n_tiles;
   t.e = lo;
-  t.r0 = offsets[lo] + (local % m_tiles) * kBM;
+  t.r0 = offsets[lo] + (local % m_tiles) * Shape<kUnits>::kRows;
   t.r_end = offsets[lo + 1];
   t.n0 = (local / m_tiles) * n_step;
   return true;
@@ -153,43 +178,48 @@ __device__ __forceinline__ int read_tile(TilePos& p) {
 }
 
 struct Ring {
-  uint8_t* a;       // [kStages][kBM rows][128 bytes]
+  uint8_t* a;       // [kStages][kRows][128 bytes]
   uint8_t* b;       // [kStages][2 warpgroups][kBN / 2 rows][128 bytes]
-  float* scales;    // [kStages][kBM + 4]
+  float* scales;    // [kStages][kScaleFloats]
   uint64_t* full;   // [kStages]
   uint64_t* empty;  // [kStages]
 };
 
 // The producer warpgroup's two busy warps. Warp 0's first lane issues a K block's tiles with TMA
-// onto the slot's `full` barrier, counted in bytes: the tile's 64 rows of activations and its 256
-// weight rows (gated: per half 64 gate rows, then the same 64 up rows), zeros past N and K.
-// Activation rows past the expert's are the next expert's (zeros past the last row): they reach
-// only accumulator rows the epilogue does not store, their scales zero. Warp 1 copies the block's
-// scales with cp.async (lane l: tile rows l + 32 i; lanes 0 and 1 the block's weight scales), each
-// lane arriving once its own have landed.
-template <bool kGated>
+// onto the slot's `full` barrier, counted in bytes: each of the tile's row units' 64 rows of
+// activations (a second unit only where the expert has one) and its 256 weight rows (gated: per
+// half 64 gate rows, then the same 64 up rows), zeros past N and K. Activation rows past the
+// expert's are the next expert's (zeros past the last row): they reach only accumulator rows the
+// epilogue does not store, their scales zero. Warp 1 copies the block's scales with cp.async (lane
+// l: tile rows l + 32 i; lanes 0 and 1 the block's weight scales), each lane arriving once its own
+// have landed.
+template <bool kGated, int kUnits>
 __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a_map,
                                         const TmaMap* maps, int* counter, const Ring& ring,
                                         const int* cum, int n_tiles, int n_step, int KB,
                                         bool tiles) {
+  using S = Shape<kUnits>;
   const int lane = threadIdx.x & 31;
   const uint32_t empty0 = smem_addr(ring.empty), full0 = smem_addr(ring.full);
   const uint32_t a0 = smem_addr(ring.a), b0 = smem_addr(ring.b);
-  RingPos<kStages> pos;
+  RingPos<S::kStages> pos;
   TilePos tp;
   for (int tile = blockIdx.x;; tile += gridDim.x) {
     if constexpr (counted_tiles(kGated)) tile = tiles ? take_tile(counter, tp) : read_tile(tp);
     Tile t;
-    if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
+    if (!find_tile<kUnits>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
     if (tiles) {
       const TmaMap* w = maps + (kGated ? 2 : 1) * t.e;
       tma_map_acquire(w);
       if constexpr (kGated) tma_map_acquire(w + 1);
+      const int units = kUnits == 1 || t.r0 + kBM >= t.r_end ? 1 : 2;
       for (int kb = 0; kb < KB; ++kb) {
         mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
         const uint32_t full = full0 + 8 * pos.slot, k = kb * kBK;
-        mbar_arrive_expect_tx(full, kABytes + kBBytes);
-        tma_load_2d(a0 + pos.slot * kABytes, &a_map, full, k, t.r0);
+        mbar_arrive_expect_tx(full, units * kABytes + kBBytes);
+        const uint32_t a_slot = a0 + pos.slot * S::kSlotABytes;
+        tma_load_2d(a_slot, &a_map, full, k, t.r0);
+        if (units == 2) tma_load_2d(a_slot + kABytes, &a_map, full, k, t.r0 + kBM);
         const uint32_t b = b0 + pos.slot * kBBytes;
         if constexpr (kGated) {  // each half: its 64 outputs' gate rows, then their up rows
 #pragma unroll
@@ -214,12 +244,12 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
       const int w_bytes = n_blk * 128 < a.N ? 4 : 0;
       for (int kb = 0; kb < KB; ++kb) {
         mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
-        float* sc = ring.scales + pos.slot * (kBM + 4);
+        float* sc = ring.scales + pos.slot * S::kScaleFloats;
 #pragma unroll
-        for (int i = 0; i < kBM / 32; ++i)
+        for (int i = 0; i < S::kRows / 32; ++i)
           cp_async4(sc + lane + 32 * i, xs + kb * a.x_scale_ld + 32 * i,
                     t.r0 + lane + 32 * i < t.r_end ? 4 : 0);
-        if (w_ok) cp_async4(sc + kBM + lane, ws + kb, w_bytes);
+        if (w_ok) cp_async4(sc + S::kRows + lane, ws + kb, w_bytes);
         cp_async_mbar_arrive(&ring.full[pos.slot]);
         pos.advance();
       }
@@ -297,6 +327,42 @@ __device__ __forceinline__ void store_swiglu(const MoeFp8GemmArgs& a, const Tile
   }
 }
 
+// acc += part scaled by its element's row and weight block: f[0] and f[1] for the thread's
+// fragment row l/4 (gated: the gate and the up block; plain: f[1] unused), f[2] and f[3] for row
+// l/4 + 8.
+template <bool kGated>
+__device__ __forceinline__ void promote_into(float (&acc)[64], const float (&part)[64],
+                                             const float (&f)[4]) {
+  if constexpr (kGated) {  // grouped by scale: 16 FFMAs in a row read each (~1 % faster)
+#pragma unroll
+    for (int fi = 0; fi < 4; ++fi)
+#pragma unroll
+      for (int j = 8 * (fi & 1); j < 8 * (fi & 1) + 8; ++j) {
+        const int e = 4 * j + 2 * (fi >> 1);
+        acc[e] += part[e] * f[fi];
+        acc[e + 1] += part[e + 1] * f[fi];
+      }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      acc[4 * j + 0] += part[4 * j + 0] * f[0];
+      acc[4 * j + 1] += part[4 * j + 1] * f[0];
+      acc[4 * j + 2] += part[4 * j + 2] * f[2];
+      acc[4 * j + 3] += part[4 * j + 3] * f[2];
+    }
+  }
+}
+
+// A warpgroup's outputs of a finished tile's row unit, from its accumulator.
+template <bool kGated, int kWgc>
+__device__ __forceinline__ void store_unit(const MoeFp8GemmArgs& a, const Tile& t,
+                                           const float (&acc)[64], int64_t row0, int n_step) {
+  if constexpr (kGated)
+    store_swiglu<kWgc>(a, t, acc, row0, n_step);
+  else
+    store_plain<kWgc>(a, t, acc, row0, n_step);
+}
+
 // A consumer warpgroup (kWgc 0 or 1: the tile's rows times its weight rows 128 kWgc ..): kSub MMAs
 // (32 K each) accumulated in the tensor cores before each promotion to the fp32 accumulator. Every
 // address the MMAs and barriers take derives from compile-time and CTA-uniform values only (the
@@ -318,12 +384,13 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
   const uint32_t a_lo = static_cast<uint32_t>(desc_a), b_lo = static_cast<uint32_t>(desc_b);
   const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
-  RingPos<kStages> pos;
+  using S = Shape<1>;
+  RingPos<S::kStages> pos;
   TilePos tp;
   for (int tile = blockIdx.x;; tile += gridDim.x) {
     if constexpr (counted_tiles(kGated)) tile = read_tile(tp);
     Tile t;
-    if (!find_tile(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
+    if (!find_tile<1>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
 
     float acc[64], p0[64], p1[64];
 #pragma unroll
@@ -335,25 +402,8 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     int slot = 0, prev_slot = 0;
     constexpr int kPer = kBK / 32 / kSub;  // sub-steps per K block
     const int steps = KB * kPer;
-    const auto promote = [&](float(&part)[64], const float(&f)[4]) {
-      if constexpr (kGated) {  // grouped by scale: 16 FFMAs in a row read each (~1 % faster)
-#pragma unroll
-        for (int fi = 0; fi < 4; ++fi)
-#pragma unroll
-          for (int j = 8 * (fi & 1); j < 8 * (fi & 1) + 8; ++j) {
-            const int e = 4 * j + 2 * (fi >> 1);
-            acc[e] += part[e] * f[fi];
-            acc[e + 1] += part[e + 1] * f[fi];
-          }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          acc[4 * j + 0] += part[4 * j + 0] * f[0];
-          acc[4 * j + 1] += part[4 * j + 1] * f[0];
-          acc[4 * j + 2] += part[4 * j + 2] * f[2];
-          acc[4 * j + 3] += part[4 * j + 3] * f[2];
-        }
-      }
+    const auto promote = [&](const float(&part)[64], const float(&f)[4]) {
+      promote_into<kGated>(acc, part, f);
     };
     const auto release = [&](int s) {
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
@@ -366,10 +416,10 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
         prev_slot = slot;
         slot = pos.slot;
         pos.advance();
-        const float* sc = ring.scales + slot * (kBM + 4);
+        const float* sc = ring.scales + slot * S::kScaleFloats;
         const float sx0 = sc[frag_row], sx1 = sc[frag_row + 8];
-        const float sw1 = sc[kBM + (kGated ? 0 : kWgc)] * gain,
-                    sw2 = kGated ? sc[kBM + 1] * gain : sw1;
+        const float sw1 = sc[S::kRows + (kGated ? 0 : kWgc)] * gain,
+                    sw2 = kGated ? sc[S::kRows + 1] * gain : sw1;
 #pragma unroll
         for (int k = 0; k < 4; ++k) fp[k] = fc[k];
         fc[0] = sx0 * sw1;
@@ -443,10 +493,86 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     tail(std::make_integer_sequence<int, kU>{});
     release(slot);
 
-    if constexpr (kGated)
-      store_swiglu<kWgc>(a, t, acc, t.r0 + frag_row, n_step);
-    else
-      store_plain<kWgc>(a, t, acc, t.r0 + frag_row, n_step);
+    store_unit<kGated, kWgc>(a, t, acc, t.r0 + frag_row, n_step);
+  }
+}
+
+// A consumer warpgroup of two-unit tiles (Shape<2>; kWgc as above). Per sub-step of kSub MMAs:
+// unit 0's MMAs into the fragment, waited for and promoted into acc0, then unit 1's into the same
+// fragment and acc1 (a tile of one unit skips them). A slot is freed once the MMAs of its last
+// sub-step are complete, before their promotion.
+template <bool kGated, int kSub, int kWgc>
+__device__ __forceinline__ void consume_pair(const MoeFp8GemmArgs& a, float gain, const Ring& ring,
+                                             const int* cum, int n_tiles, int n_step, int KB) {
+  using S = Shape<2>;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  const int frag_row = warp * 16 + (lane >> 2);
+  const uint64_t desc_a = wgmma_desc_sw128(ring.a),
+                 desc_b = wgmma_desc_sw128(ring.b + kWgc * kBHalfBytes);
+  const uint32_t desc_hi = static_cast<uint32_t>(desc_a >> 32);
+  const uint32_t a_lo = static_cast<uint32_t>(desc_a), b_lo = static_cast<uint32_t>(desc_b);
+  const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
+  const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
+  constexpr int kPer = kBK / 32 / kSub;  // sub-steps per K block
+  RingPos<S::kStages> pos;
+  TilePos tp;
+  for (int tile = blockIdx.x;; tile += gridDim.x) {
+    if constexpr (counted_tiles(kGated)) tile = read_tile(tp);
+    Tile t;
+    if (!find_tile<2>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
+    const bool two = t.r0 + kBM < t.r_end;
+
+    float acc0[64], acc1[64], part[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.0f;
+    for (int kb = 0; kb < KB; ++kb) {
+      mbar_wait(full0 + 8 * pos.slot, pos.phase);
+      const int slot = pos.slot;
+      pos.advance();
+      const float* sc = ring.scales + slot * S::kScaleFloats;
+      const float sw1 = sc[S::kRows + (kGated ? 0 : kWgc)] * gain,
+                  sw2 = kGated ? sc[S::kRows + 1] * gain : sw1;
+      const auto factors = [&](int row, float(&f)[4]) {
+        const float sx0 = sc[row], sx1 = sc[row + 8];
+        f[0] = sx0 * sw1;
+        f[1] = sx0 * sw2;
+        f[2] = sx1 * sw1;
+        f[3] = sx1 * sw2;
+      };
+      float f0[4], f1[4];
+      factors(frag_row, f0);
+      factors(kBM + frag_row, f1);
+      // The slot's tiles, in the descriptors' 16-byte units; +32 bytes of K per MMA.
+      const uint32_t a_step = slot * (S::kSlotABytes >> 4), b_step = slot * (kBBytes >> 4);
+      const auto mmas = [&](int unit, int sub) {
+        const uint32_t k_step = 2 * kSub * sub, a_unit = a_step + unit * (kABytes >> 4);
+        wgmma_fence_operands(part);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < kSub; ++k)
+          wgmma_e4m3_m64n128k32(part, desc(a_lo + a_unit + k_step + 2 * k),
+                                desc(b_lo + b_step + k_step + 2 * k), k);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(part);
+      };
+      const auto release = [&] {
+        if (lane == 0) mbar_arrive(empty0 + 8 * slot);
+      };
+#pragma unroll
+      for (int sub = 0; sub < kPer; ++sub) {
+        mmas(0, sub);
+        if (sub == kPer - 1 && !two) release();
+        promote_into<kGated>(acc0, part, f0);
+        if (two) {
+          mmas(1, sub);
+          if (sub == kPer - 1) release();
+          promote_into<kGated>(acc1, part, f1);
+        }
+      }
+    }
+    store_unit<kGated, kWgc>(a, t, acc0, t.r0 + frag_row, n_step);
+    if (two) store_unit<kGated, kWgc>(a, t, acc1, t.r0 + kBM + frag_row, n_step);
   }
 }
 
@@ -476,13 +602,16 @@ template <bool kGated, int kSub>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_fp8_tc_kernel(const MoeFp8GemmArgs a, const __grid_constant__ TmaMap a_map,
                       const TmaMap* maps, int* counter, float gain) {
+  constexpr int kUnits = row_units(kGated);
+  using S = Shape<kUnits>;
   pdl_begin();
   extern __shared__ uint8_t smem_raw[];
   __shared__ int cum[kMoeMaxExperts + 1];
-  __shared__ uint64_t full[kStages], empty[kStages];
+  __shared__ uint64_t full[S::kStages], empty[S::kStages];
   uint8_t* smem = align_smem_1024(smem_raw);
-  const Ring ring{smem, smem + kStages * kABytes,
-                  reinterpret_cast<float*>(smem + kStages * (kABytes + kBBytes)), full, empty};
+  const Ring ring{smem, smem + S::kStages * S::kSlotABytes,
+                  reinterpret_cast<float*>(smem + S::kStages * (S::kSlotABytes + kBBytes)), full,
+                  empty};
 
   const int E = a.experts;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -490,8 +619,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp == 0) {
     // Row tiles per expert, prefix-summed: each lane a run of experts, then a warp scan.
     const int per = (E + 31) / 32, e_lo = min(E, lane * per), e_hi = min(E, e_lo + per);
+    const auto row_tiles = [&](int e) {
+      return (a.offsets[e + 1] - a.offsets[e] + S::kRows - 1) / S::kRows;
+    };
     int sum = 0;
-    for (int e = e_lo; e < e_hi; ++e) sum += (a.offsets[e + 1] - a.offsets[e] + kBM - 1) / kBM;
+    for (int e = e_lo; e < e_hi; ++e) sum += row_tiles(e);
     int incl = sum;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -501,11 +633,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     int run = incl - sum;
     for (int e = e_lo; e < e_hi; ++e) {
       cum[e] = run;
-      run += (a.offsets[e + 1] - a.offsets[e] + kBM - 1) / kBM;
+      run += row_tiles(e);
     }
     if (lane == 31) cum[E] = incl;
   } else if (tid == 32) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < S::kStages; ++s) {
       mbar_init(&full[s], kFillArrivals);
       mbar_init(&empty[s], kConsumerWarps);
     }
@@ -525,13 +657,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     warpgroup_reg_dealloc<kProducerRegs>();
     if ((warp == 0 && lane == 0) || warp == 1)
-      produce<kGated>(a, a_map, maps, counter, ring, cum, n_tiles(), n_step, KB(), warp == 0);
+      produce<kGated, kUnits>(a, a_map, maps, counter, ring, cum, n_tiles(), n_step, KB(),
+                              warp == 0);
   } else {
     warpgroup_reg_alloc<kConsumerRegs>();
-    if (wg == 1)
+    if constexpr (kUnits == 2) {
+      if (wg == 1)
+        consume_pair<kGated, kSub, 0>(a, gain, ring, cum, n_tiles(), n_step, KB());
+      else
+        consume_pair<kGated, kSub, 1>(a, gain, ring, cum, n_tiles(), n_step, KB());
+    } else if (wg == 1) {
       consume<kGated, kSub, 0>(a, gain, ring, cum, n_tiles(), n_step, KB());
-    else
+    } else {
       consume<kGated, kSub, 1>(a, gain, ring, cum, n_tiles(), n_step, KB());
+    }
   }
 }
 
@@ -550,9 +689,10 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   if (e == cudaSuccess) e = device_facts(dev, &f);
   if (e != cudaSuccess) return e;
   // Upper bound of the tiles (each non-empty expert rounds up once), capped at one CTA per SM.
-  const int64_t n_step = tile_outputs(a.gated);
-  const int64_t tiles = ((a.rows + kBM - 1) / kBM + std::min<int64_t>(a.experts, a.rows)) *
-                        ((a.N + n_step - 1) / n_step);
+  const int64_t n_step = tile_outputs(a.gated), tile_rows = row_units(a.gated) * kBM;
+  const int64_t tiles =
+      ((a.rows + tile_rows - 1) / tile_rows + std::min<int64_t>(a.experts, a.rows)) *
+      ((a.N + n_step - 1) / n_step);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, f.sms));
   // The maps: the activations' for this launch, and each expert's weights' from a template at
   // the maps' own (aligned, device) address, retargeted on the device. The workspace holds them,
@@ -579,7 +719,8 @@ cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream)
   const Kernel kernel = kKernels[a.gated ? 1 : 0][sub];
   if (e = allow_optin_smem(dev, reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
   // Serially (launch_serial says why).
-  launch_serial(kernel, grid, kThreads, kSmemBytes, stream, a, a_map,
+  const int smem_bytes = row_units(a.gated) == 2 ? Shape<2>::kSmemBytes : Shape<1>::kSmemBytes;
+  launch_serial(kernel, grid, kThreads, smem_bytes, stream, a, a_map,
                 static_cast<const TmaMap*>(maps), counter,
                 moe_fp8_tc_promotion_gain(f.fp8_sum_bits, promote_k / 32));
   return cudaGetLastError();

@@ -177,6 +177,16 @@ __device__ __forceinline__ int read_tile(TilePos& p) {
   return tile;
 }
 
+// A role's next tile into t: `tile` itself, or for counted tiles the next the TMA thread takes
+// from the counter (`take`), which the others read. False past the last tile.
+template <bool kGated, int kUnits>
+__device__ __forceinline__ bool next_tile(const MoeFp8GemmArgs& a, const int* cum, int n_tiles,
+                                          int n_step, int* counter, bool take, TilePos& p,
+                                          int& tile, Tile& t) {
+  if constexpr (counted_tiles(kGated)) tile = take ? take_tile(counter, p) : read_tile(p);
+  return find_tile<kUnits>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t);
+}
+
 struct Ring {
   uint8_t* a;       // [kStages][kRows][128 bytes]
   uint8_t* b;       // [kStages][2 warpgroups][kBN / 2 rows][128 bytes]
@@ -204,10 +214,10 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
   const uint32_t a0 = smem_addr(ring.a), b0 = smem_addr(ring.b);
   RingPos<S::kStages> pos;
   TilePos tp;
-  for (int tile = blockIdx.x;; tile += gridDim.x) {
-    if constexpr (counted_tiles(kGated)) tile = tiles ? take_tile(counter, tp) : read_tile(tp);
-    Tile t;
-    if (!find_tile<kUnits>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
+  Tile t;
+  for (int tile = blockIdx.x;
+       next_tile<kGated, kUnits>(a, cum, n_tiles, n_step, counter, tiles, tp, tile, t);
+       tile += gridDim.x) {
     if (tiles) {
       const TmaMap* w = maps + (kGated ? 2 : 1) * t.e;
       tma_map_acquire(w);
@@ -363,6 +373,32 @@ __device__ __forceinline__ void store_unit(const MoeFp8GemmArgs& a, const Tile& 
     store_plain<kWgc>(a, t, acc, row0, n_step);
 }
 
+// This thread's accumulator rows within a row unit (C fragment rows l/4 and l/4 + 8 of its warp).
+__device__ __forceinline__ int fragment_row() {
+  return ((threadIdx.x >> 5) & 3) * 16 + ((threadIdx.x & 31) >> 2);
+}
+
+// A consumer warpgroup's MMA descriptors: of the ring's A tiles and of its (kWgc's) half of the B
+// tiles, `step` 16-byte units past the first slot's. The high word (swizzle mode, stride) is the
+// same for every slot; only the start address in the low word moves, by 32-bit additions that
+// cannot carry out of its field.
+template <int kWgc>
+struct RingDescs {
+  uint32_t hi, a_lo, b_lo;
+  __device__ __forceinline__ explicit RingDescs(const Ring& ring) {
+    const uint64_t a = wgmma_desc_sw128(ring.a), b = wgmma_desc_sw128(ring.b + kWgc * kBHalfBytes);
+    hi = static_cast<uint32_t>(a >> 32);
+    a_lo = static_cast<uint32_t>(a);
+    b_lo = static_cast<uint32_t>(b);
+  }
+  __device__ __forceinline__ uint64_t a(uint32_t step) const {
+    return uint64_t{hi} << 32 | (a_lo + step);
+  }
+  __device__ __forceinline__ uint64_t b(uint32_t step) const {
+    return uint64_t{hi} << 32 | (b_lo + step);
+  }
+};
+
 // A consumer warpgroup (kWgc 0 or 1: the tile's rows times its weight rows 128 kWgc ..): kSub MMAs
 // (32 K each) accumulated in the tensor cores before each promotion to the fp32 accumulator. Every
 // address the MMAs and barriers take derives from compile-time and CTA-uniform values only (the
@@ -373,25 +409,17 @@ __device__ __forceinline__ void store_unit(const MoeFp8GemmArgs& a, const Tile& 
 template <bool kGated, int kSub, int kWgc>
 __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, const Ring& ring,
                                         const int* cum, int n_tiles, int n_step, int KB) {
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  // This thread's accumulator rows within the tile (C fragment rows l/4 and l/4 + 8 of its warp).
-  const int frag_row = warp * 16 + (lane >> 2);
-  // A descriptor's high word (swizzle mode, stride) is the same for every slot; only the start
-  // address in the low word moves, by 32-bit additions that cannot carry out of its field.
-  const uint64_t desc_a = wgmma_desc_sw128(ring.a),
-                 desc_b = wgmma_desc_sw128(ring.b + kWgc * kBHalfBytes);
-  const uint32_t desc_hi = static_cast<uint32_t>(desc_a >> 32);
-  const uint32_t a_lo = static_cast<uint32_t>(desc_a), b_lo = static_cast<uint32_t>(desc_b);
-  const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
+  const int lane = threadIdx.x & 31;
+  const int frag_row = fragment_row();
+  const RingDescs<kWgc> desc(ring);
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
   using S = Shape<1>;
   RingPos<S::kStages> pos;
   TilePos tp;
-  for (int tile = blockIdx.x;; tile += gridDim.x) {
-    if constexpr (counted_tiles(kGated)) tile = read_tile(tp);
-    Tile t;
-    if (!find_tile<1>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
-
+  Tile t;
+  for (int tile = blockIdx.x;
+       next_tile<kGated, 1>(a, cum, n_tiles, n_step, nullptr, false, tp, tile, t);
+       tile += gridDim.x) {
     float acc[64], p0[64], p1[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -436,7 +464,7 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kSub; ++k)
-        wgmma_e4m3_m64n128k32(cur, desc(a_lo + a_step + 2 * k), desc(b_lo + b_step + 2 * k), k);
+        wgmma_e4m3_m64n128k32(cur, desc.a(a_step + 2 * k), desc.b(b_step + 2 * k), k);
       wgmma_commit();
     };
     // Sub-step i into `cur`, then sub-step i - 1 promoted from `prev` once its MMAs are done; a
@@ -505,21 +533,17 @@ template <bool kGated, int kSub, int kWgc>
 __device__ __forceinline__ void consume_pair(const MoeFp8GemmArgs& a, float gain, const Ring& ring,
                                              const int* cum, int n_tiles, int n_step, int KB) {
   using S = Shape<2>;
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const int frag_row = warp * 16 + (lane >> 2);
-  const uint64_t desc_a = wgmma_desc_sw128(ring.a),
-                 desc_b = wgmma_desc_sw128(ring.b + kWgc * kBHalfBytes);
-  const uint32_t desc_hi = static_cast<uint32_t>(desc_a >> 32);
-  const uint32_t a_lo = static_cast<uint32_t>(desc_a), b_lo = static_cast<uint32_t>(desc_b);
-  const auto desc = [desc_hi](uint32_t lo) { return uint64_t{desc_hi} << 32 | lo; };
+  const int lane = threadIdx.x & 31;
+  const int frag_row = fragment_row();
+  const RingDescs<kWgc> desc(ring);
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
   constexpr int kPer = kBK / 32 / kSub;  // sub-steps per K block
   RingPos<S::kStages> pos;
   TilePos tp;
-  for (int tile = blockIdx.x;; tile += gridDim.x) {
-    if constexpr (counted_tiles(kGated)) tile = read_tile(tp);
-    Tile t;
-    if (!find_tile<2>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) break;
+  Tile t;
+  for (int tile = blockIdx.x;
+       next_tile<kGated, 2>(a, cum, n_tiles, n_step, nullptr, false, tp, tile, t);
+       tile += gridDim.x) {
     const bool two = t.r0 + kBM < t.r_end;
 
     float acc0[64], acc1[64], part[64];
@@ -550,8 +574,8 @@ __device__ __forceinline__ void consume_pair(const MoeFp8GemmArgs& a, float gain
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < kSub; ++k)
-          wgmma_e4m3_m64n128k32(part, desc(a_lo + a_unit + k_step + 2 * k),
-                                desc(b_lo + b_step + k_step + 2 * k), k);
+          wgmma_e4m3_m64n128k32(part, desc.a(a_unit + k_step + 2 * k),
+                                desc.b(b_step + k_step + 2 * k), k);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(part);

@@ -59,11 +59,11 @@ struct MoeFp8GemmArgs {
 };
 cudaError_t launch_moe_fp8_gemm(const MoeFp8GemmArgs& a, cudaStream_t stream);
 
-// The same on the tensor cores (sm_90a wgmma): tiles of kMoeFp8TcRowTile of each expert's rows, a
-// persistent grid of one CTA per SM. Ignores `active`, `max_active` and `passes`; needs
-// E <= kMoeMaxExperts, ldq % 16 == 0, N % 8 == 0, and y 16-byte aligned with ldy % 8 == 0. Not
-// bitwise equal to launch_moe_fp8_gemm (fp32 sums inside a 128-wide K block come in the tensor
-// core's order).
+// The same on the tensor cores (sm_90a wgmma): tiles of one or two kMoeFp8TcRowTile-row units of
+// each expert's rows, a persistent grid of one CTA per SM. Ignores `active`, `max_active` and
+// `passes`; needs E <= kMoeMaxExperts, ldq % 16 == 0, N % 8 == 0, and y 16-byte aligned with
+// ldy % 8 == 0. Not bitwise equal to launch_moe_fp8_gemm (fp32 sums inside a 128-wide K block
+// come in the tensor core's order).
 cudaError_t launch_moe_fp8_gemm_tc(const MoeFp8GemmArgs& a, cudaStream_t stream);
 // Its row tile: each expert's rows are padded up to a multiple of it.
 inline constexpr int kMoeFp8TcRowTile = 64;

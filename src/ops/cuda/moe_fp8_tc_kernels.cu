@@ -33,20 +33,20 @@ namespace {
 // running a weight tile's row tiles start them within moments of each other. Every CTA scans the
 // device-side offsets once into shared memory, so nothing waits on the host.
 //
-// A CTA is three warpgroups, specialised. The producer copies K blocks into a kStages-deep ring of
-// 128-byte-swizzled shared tiles: one thread issues the tiles with TMA, a warp copies the block's
-// activation and weight scales with cp.async; each slot's `full` barrier completes when all of them
-// have landed. Each expert's weights have their own tensor maps, written by a small kernel before
-// each launch from one template (the experts differ only in their addresses), so the device-side
-// expert table is all the host needs. Two consumer warpgroups, each owning 128 of the tile's weight
-// rows (all its rows), run the block's four wgmma m64n128k32 in sub-steps of kSub into a fresh fp32
-// fragment and, while the tensor cores run the next sub-step, add the previous one to their
-// accumulator scaled by the row's activation scale times the block's weight scale (DeepSeek's
-// promotion); a slot's `empty` barrier completes once both have promoted its last sub-step. The
-// producer runs ahead across tiles while the consumers store a finished tile. Registers move to the
-// consumers (three fp32 fragments each): the producer keeps kProducerRegs. Rows do not depend on
-// each other, but fp32 sums inside a sub-step come in the tensor core's order: this kernel is not
-// bitwise equal to the skinny one.
+// A CTA is three warpgroups, specialised. The producer copies K blocks into a Shape::kStages-deep
+// ring of 128-byte-swizzled shared tiles: one thread issues the tiles with TMA, a warp copies the
+// block's activation and weight scales with cp.async; each slot's `full` barrier completes when all
+// of them have landed. Each expert's weights have their own tensor maps, written by a small kernel
+// before each launch from one template (the experts differ only in their addresses), so the
+// device-side expert table is all the host needs. Two consumer warpgroups, each owning 128 of the
+// tile's weight rows (all its rows), run the block's four wgmma m64n128k32 in sub-steps of kSub
+// into a fresh fp32 fragment and, while the tensor cores run the next sub-step, add the previous
+// one to their accumulator scaled by the row's activation scale times the block's weight scale
+// (DeepSeek's promotion); a slot's `empty` barrier completes once both have promoted its last
+// sub-step. The producer runs ahead across tiles while the consumers store a finished tile.
+// Registers move to the consumers (three fp32 fragments each): the producer keeps kProducerRegs.
+// Rows do not depend on each other, but fp32 sums inside a sub-step come in the tensor core's
+// order: this kernel is not bitwise equal to the skinny one.
 
 constexpr int kBM = kMoeFp8TcRowTile, kBN = 256, kBK = 128;
 constexpr int kWarpgroup = 128;
@@ -100,8 +100,7 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
 
 // Tile `tile` of the numbering above: its expert, first row, end of the expert's rows and first
 // weight row; false past the last tile. cum[e] = row tiles of the experts before e (of kUnits
-// row units each). In 32 bits
-// (a 64-bit division is a call, and the producer has few registers).
+// row units each). In 32 bits (a 64-bit division is a call, and the producer has few registers).
 struct Tile {
   int e, r0, r_end, n0;
 };
@@ -177,6 +176,12 @@ __device__ __forceinline__ int read_tile(TilePos& p) {
   return tile;
 }
 
+// The row units tile t holds: kUnits, but one for an expert's odd last unit.
+template <int kUnits>
+__device__ __forceinline__ int tile_units(const Tile& t) {
+  return kUnits == 1 || t.r0 + kBM >= t.r_end ? 1 : 2;
+}
+
 // A role's next tile into t: `tile` itself, or for counted tiles the next the TMA thread takes
 // from the counter (`take`), which the others read. False past the last tile.
 template <bool kGated, int kUnits>
@@ -222,7 +227,7 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
       const TmaMap* w = maps + (kGated ? 2 : 1) * t.e;
       tma_map_acquire(w);
       if constexpr (kGated) tma_map_acquire(w + 1);
-      const int units = kUnits == 1 || t.r0 + kBM >= t.r_end ? 1 : 2;
+      const int units = tile_units<kUnits>(t);
       for (int kb = 0; kb < KB; ++kb) {
         mbar_wait(empty0 + 8 * pos.slot, pos.phase ^ 1);
         const uint32_t full = full0 + 8 * pos.slot, k = kb * kBK;
@@ -544,7 +549,7 @@ __device__ __forceinline__ void consume_pair(const MoeFp8GemmArgs& a, float gain
   for (int tile = blockIdx.x;
        next_tile<kGated, 2>(a, cum, n_tiles, n_step, nullptr, false, tp, tile, t);
        tile += gridDim.x) {
-    const bool two = t.r0 + kBM < t.r_end;
+    const bool two = tile_units<2>(t) == 2;
 
     float acc0[64], acc1[64], part[64];
 #pragma unroll

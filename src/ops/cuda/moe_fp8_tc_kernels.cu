@@ -367,6 +367,21 @@ __device__ __forceinline__ void promote_into(float (&acc)[64], const float (&par
   }
 }
 
+// promote_into's f for a K block: the thread's two row scales (fragment rows `row` and row + 8
+// of the tile) times the block's weight scales times `gain`, from the slot's scales `sc` (kRows
+// activation scales, then the weight scales).
+template <bool kGated, int kWgc, int kRows>
+__device__ __forceinline__ void promotion_factors(const float* sc, int row, float gain,
+                                                  float (&f)[4]) {
+  const float sw1 = sc[kRows + (kGated ? 0 : kWgc)] * gain,
+              sw2 = kGated ? sc[kRows + 1] * gain : sw1;
+  const float sx0 = sc[row], sx1 = sc[row + 8];
+  f[0] = sx0 * sw1;
+  f[1] = sx0 * sw2;
+  f[2] = sx1 * sw1;
+  f[3] = sx1 * sw2;
+}
+
 // A warpgroup's outputs of a finished tile's row unit, from its accumulator.
 template <bool kGated, int kWgc>
 __device__ __forceinline__ void store_unit(const MoeFp8GemmArgs& a, const Tile& t,
@@ -448,16 +463,10 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
         prev_slot = slot;
         slot = pos.slot;
         pos.advance();
-        const float* sc = ring.scales + slot * S::kScaleFloats;
-        const float sx0 = sc[frag_row], sx1 = sc[frag_row + 8];
-        const float sw1 = sc[S::kRows + (kGated ? 0 : kWgc)] * gain,
-                    sw2 = kGated ? sc[S::kRows + 1] * gain : sw1;
 #pragma unroll
         for (int k = 0; k < 4; ++k) fp[k] = fc[k];
-        fc[0] = sx0 * sw1;
-        fc[1] = sx0 * sw2;
-        fc[2] = sx1 * sw1;
-        fc[3] = sx1 * sw2;
+        promotion_factors<kGated, kWgc, S::kRows>(ring.scales + slot * S::kScaleFloats, frag_row,
+                                                  gain, fc);
       }
       // The slot's tiles: kABytes and kBBytes further per slot, +32 bytes of K per MMA (2 in
       // the descriptors' 16-byte units).
@@ -558,18 +567,9 @@ __device__ __forceinline__ void consume_pair(const MoeFp8GemmArgs& a, float gain
       const int slot = pos.slot;
       pos.advance();
       const float* sc = ring.scales + slot * S::kScaleFloats;
-      const float sw1 = sc[S::kRows + (kGated ? 0 : kWgc)] * gain,
-                  sw2 = kGated ? sc[S::kRows + 1] * gain : sw1;
-      const auto factors = [&](int row, float(&f)[4]) {
-        const float sx0 = sc[row], sx1 = sc[row + 8];
-        f[0] = sx0 * sw1;
-        f[1] = sx0 * sw2;
-        f[2] = sx1 * sw1;
-        f[3] = sx1 * sw2;
-      };
       float f0[4], f1[4];
-      factors(frag_row, f0);
-      factors(kBM + frag_row, f1);
+      promotion_factors<kGated, kWgc, S::kRows>(sc, frag_row, gain, f0);
+      promotion_factors<kGated, kWgc, S::kRows>(sc, kBM + frag_row, gain, f1);
       // The slot's tiles, in the descriptors' 16-byte units; +32 bytes of K per MMA.
       const uint32_t a_step = slot * (S::kSlotABytes >> 4), b_step = slot * (kBBytes >> 4);
       const auto mmas = [&](int unit, int sub) {

@@ -82,8 +82,8 @@ struct Shape {
   static constexpr int kSmemBytes =
       kStages * (kSlotABytes + kBBytes + kScaleFloats * 4) + 1024 /* alignment */;
 };
-// The row units each projection's tiles take: down two, gate·up one (in two, its promotions, every
-// 64 K, no longer overlap its MMAs; the figures in docs/design.md).
+// The row units each projection's tiles take: down two, gate·up one (in two units it was slower in
+// every form measured; the figures in docs/design.md).
 __host__ __device__ constexpr int row_units(bool gated) {
   return gated ? 1 : 2;
 }

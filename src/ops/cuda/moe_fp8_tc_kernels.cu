@@ -181,14 +181,19 @@ __device__ __forceinline__ int tile_units(const Tile& t) {
   return kUnits == 1 || t.r0 + kBM >= t.r_end ? 1 : 2;
 }
 
-// A role's next tile into t: `tile` itself, or for counted tiles the next the TMA thread takes
-// from the counter (`take`), which the others read. False past the last tile.
-template <bool kGated, int kUnits>
-__device__ __forceinline__ bool next_tile(const MoeFp8GemmArgs& a, const int* cum, int n_tiles,
-                                          int n_step, int* counter, bool take, TilePos& p,
-                                          int& tile, Tile& t) {
-  if constexpr (counted_tiles(kGated)) tile = take ? take_tile(counter, p) : read_tile(p);
-  return find_tile<kUnits>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t);
+// Runs body(t) on each tile a role takes, in the numbering above: at a fixed stride from the
+// block index, or for counted tiles the ones the TMA thread takes from the counter (`take`), which
+// the other roles read.
+template <bool kGated, int kUnits, typename Body>
+__device__ __forceinline__ void for_each_tile(const MoeFp8GemmArgs& a, const int* cum, int n_tiles,
+                                              int n_step, int* counter, bool take, Body&& body) {
+  TilePos p;
+  Tile t;
+  for (int tile = blockIdx.x;; tile += gridDim.x) {
+    if constexpr (counted_tiles(kGated)) tile = take ? take_tile(counter, p) : read_tile(p);
+    if (!find_tile<kUnits>(cum, a.experts, n_tiles, a.offsets, tile, n_step, t)) return;
+    body(t);
+  }
 }
 
 struct Ring {
@@ -217,11 +222,7 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
   const uint32_t empty0 = smem_addr(ring.empty), full0 = smem_addr(ring.full);
   const uint32_t a0 = smem_addr(ring.a), b0 = smem_addr(ring.b);
   RingPos<S::kStages> pos;
-  TilePos tp;
-  Tile t;
-  for (int tile = blockIdx.x;
-       next_tile<kGated, kUnits>(a, cum, n_tiles, n_step, counter, tiles, tp, tile, t);
-       tile += gridDim.x) {
+  for_each_tile<kGated, kUnits>(a, cum, n_tiles, n_step, counter, tiles, [&](const Tile& t) {
     if (tiles) {
       const TmaMap* w = maps + (kGated ? 2 : 1) * t.e;
       tma_map_acquire(w);
@@ -268,7 +269,7 @@ __device__ __forceinline__ void produce(const MoeFp8GemmArgs& a, const TmaMap& a
         pos.advance();
       }
     }
-  }
+  });
 }
 
 // A warpgroup's outputs of a finished plain tile (down), bf16, in 16-byte stores. A thread's
@@ -434,11 +435,7 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
   using S = Shape<1>;
   RingPos<S::kStages> pos;
-  TilePos tp;
-  Tile t;
-  for (int tile = blockIdx.x;
-       next_tile<kGated, 1>(a, cum, n_tiles, n_step, nullptr, false, tp, tile, t);
-       tile += gridDim.x) {
+  for_each_tile<kGated, 1>(a, cum, n_tiles, n_step, nullptr, false, [&](const Tile& t) {
     float acc[64], p0[64], p1[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -535,7 +532,7 @@ __device__ __forceinline__ void consume(const MoeFp8GemmArgs& a, float gain, con
     release(slot);
 
     store_unit<kGated, kWgc>(a, t, acc, t.r0 + frag_row, n_step);
-  }
+  });
 }
 
 // A consumer warpgroup of two-unit tiles (Shape<2>; kWgc as above). Per sub-step of kSub MMAs:
@@ -552,11 +549,7 @@ __device__ __forceinline__ void consume_pair(const MoeFp8GemmArgs& a, float gain
   const uint32_t full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
   constexpr int kPer = kBK / 32 / kSub;  // sub-steps per K block
   RingPos<S::kStages> pos;
-  TilePos tp;
-  Tile t;
-  for (int tile = blockIdx.x;
-       next_tile<kGated, 2>(a, cum, n_tiles, n_step, nullptr, false, tp, tile, t);
-       tile += gridDim.x) {
+  for_each_tile<kGated, 2>(a, cum, n_tiles, n_step, nullptr, false, [&](const Tile& t) {
     const bool two = tile_units<2>(t) == 2;
 
     float acc0[64], acc1[64], part[64];
@@ -601,7 +594,7 @@ __device__ __forceinline__ void consume_pair(const MoeFp8GemmArgs& a, float gain
     }
     store_unit<kGated, kWgc>(a, t, acc0, t.r0 + frag_row, n_step);
     if (two) store_unit<kGated, kWgc>(a, t, acc1, t.r0 + kBM + frag_row, n_step);
-  }
+  });
 }
 
 // Map i of `count` (expert i / per, its gate or only matrix for i % per == 0, else its up

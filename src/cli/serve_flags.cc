@@ -269,7 +269,8 @@ std::vector<FlagSpec> build_table() {
        "without expert parallelism there is no expert placement to balance", no_value_check},
       {"--distributed-executor-backend", "", kValue, kNoEffect, "BACKEND",
        "vLLM's worker launcher (mp, ray, uni, external_launcher)",
-       "ranks are threads of this process, one GPU each, talking through NCCL",
+       "ranks are threads of this process, one GPU each, talking through NCCL, or of several "
+       "processes started by mpirun (docs/multi-node.md)",
        [](ServeFlags&, const std::string& v) {
          return one_of(v, {"mp", "ray", "uni", "external_launcher"});
        }},
@@ -364,7 +365,8 @@ std::vector<FlagSpec> build_table() {
        "", [](ServeFlags& f, const std::string& v) { return set_bool(f.batch_invariant, v); }},
       {"--compilation-config", "-O", kJson, kNoEffect, "JSON", "torch.compile and CUDA-graph "
        "settings",
-       "there is no torch.compile or CUDA-graph capture: the kernels are compiled ahead of time",
+       "there is no torch.compile: the kernels are compiled ahead of time, and decode's CUDA "
+       "graphs are captured for every batch-size bucket (--enforce-eager turns them off)",
        [](ServeFlags&, const std::string& v) {
          // -O3 style levels are plain numbers.
          return parse_human_int(v) ? std::string() : check_json(v);
@@ -373,7 +375,8 @@ std::vector<FlagSpec> build_table() {
        "Speculative decoding with the checkpoint's MTP layer: method mtp (or deepseek_mtp, "
        "glm4_moe_mtp), num_speculative_tokens 1-4 drafts per step, verified in one target "
        "forward (greedy output unchanged, sampled output the target's distribution; drafts go "
-       "through the request's grammar). Eager steps (no CUDA graphs for draft and verify)",
+       "through the request's grammar). On a GPU the verify steps replay the decode graphs and "
+       "the draft steps the MTP layer's own (none with --enforce-eager)",
        "", set_speculative},
       {"--seed", "", kValue, kImplemented, "N",
        "Seed of the server's generator: requests without a seed draw theirs from it, so a run "

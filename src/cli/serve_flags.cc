@@ -365,8 +365,8 @@ std::vector<FlagSpec> build_table() {
        "", [](ServeFlags& f, const std::string& v) { return set_bool(f.batch_invariant, v); }},
       {"--compilation-config", "-O", kJson, kNoEffect, "JSON", "torch.compile and CUDA-graph "
        "settings",
-       "there is no torch.compile: the kernels are compiled ahead of time, and decode's CUDA "
-       "graphs are captured for every batch-size bucket (--enforce-eager turns them off)",
+       "there is no torch.compile: the kernels are compiled ahead of time; decode's CUDA graphs "
+       "(one per batch-size bucket at tensor-parallel size 1) are turned off by --enforce-eager",
        [](ServeFlags&, const std::string& v) {
          // -O3 style levels are plain numbers.
          return parse_human_int(v) ? std::string() : check_json(v);

@@ -365,8 +365,8 @@ std::vector<FlagSpec> build_table() {
        "", [](ServeFlags& f, const std::string& v) { return set_bool(f.batch_invariant, v); }},
       {"--compilation-config", "-O", kJson, kNoEffect, "JSON", "torch.compile and CUDA-graph "
        "settings",
-       "there is no torch.compile: the kernels are compiled ahead of time; decode's CUDA graphs "
-       "(one per batch-size bucket at tensor-parallel size 1) are turned off by --enforce-eager",
+       "there is no torch.compile: the kernels are compiled ahead of time; whether decode "
+       "captures CUDA graphs is --enforce-eager's choice",
        [](ServeFlags&, const std::string& v) {
          // -O3 style levels are plain numbers.
          return parse_human_int(v) ? std::string() : check_json(v);
